@@ -1,0 +1,3 @@
+import sys
+from rocketidx.cli import main
+sys.exit(main())

@@ -1,0 +1,159 @@
+"""The in-process build: CommitLog directory -> committed index output, in one Python process.
+
+In: a CommitLog (or store) directory and a :class:`BuildConfig`. Out: ``OUT/index/<files>``,
+``OUT/_manifest.json`` and a :class:`BuildSummary`.
+Stays true: the files equal what RocketMQ's ``IndexFile`` writes for each window's entries in CommitLog
+order; batches stream through, so memory is a few windows' slot tables plus one batch, however large a
+window is (windows beyond ``max_open_windows`` are suspended to disk and resumed when needed).
+The Spark pipeline (``rocketidx.spark``) produces the same output from the same core functions.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from rocketidx import layout as L
+from rocketidx.config import BuildConfig
+from rocketidx.entries import extract_entries, indexable
+from rocketidx.indexfile import FileInfo, WindowWriter
+from rocketidx.messages import CommitLogReader, ReadStop
+from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
+from rocketidx.segments import Segment, list_segments
+from rocketidx.windows import assign_windows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BuildSummary:
+    segments: int = 0
+    bytes_read: int = 0
+    messages: int = 0
+    messages_indexed: int = 0
+    rollback_skipped: int = 0
+    below_end_phy_offset_skipped: int = 0
+    entries: int = 0
+    windows: int = 0
+    files: int = 0
+    stop: dict | None = None
+    stops: list[dict] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class WindowSet:
+    """Routes entries to per-window writers, keeping at most ``max_open`` slot tables in memory."""
+
+    def __init__(self, directory: str, config: BuildConfig, max_open: int = 4):
+        self.directory, self.config, self.max_open = directory, config, max_open
+        self.writers: OrderedDict[int, WindowWriter] = OrderedDict()
+
+    def add(self, window: np.ndarray, phy: np.ndarray, key_hash: np.ndarray, ts: np.ndarray) -> None:
+        if len(window) == 0:
+            return
+        if window[0] == window[-1] and (window == window[0]).all():  # the common case: one window
+            self._writer(int(window[0])).add(phy, key_hash, ts)
+            return
+        # Group by window keeping CommitLog order inside each group.
+        order = np.argsort(window, kind="stable")
+        w_sorted = window[order]
+        cuts = np.flatnonzero(np.diff(w_sorted)) + 1
+        for idx in np.split(order, cuts):
+            self._writer(int(window[idx[0]])).add(phy[idx], key_hash[idx], ts[idx])
+
+    def _writer(self, w: int) -> WindowWriter:
+        wr = self.writers.get(w)
+        if wr is None:
+            wr = WindowWriter(self.directory, w, self.config.window_ms, self.config.hash_slot_num,
+                              self.config.index_num)
+            self.writers[w] = wr
+        self.writers.move_to_end(w)
+        open_ones = [k for k, v in self.writers.items() if v.current is not None]
+        for k in open_ones[:-self.max_open]:
+            self.writers[k].suspend()
+        return wr
+
+    def close(self) -> list[FileInfo]:
+        files: list[FileInfo] = []
+        for wr in self.writers.values():
+            files.extend(wr.close())
+        return files
+
+    def abort(self) -> None:
+        for wr in self.writers.values():
+            wr.abort()
+
+    @property
+    def skipped_below_end(self) -> int:
+        return sum(w.skipped_below_end for w in self.writers.values())
+
+
+def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
+                *, segments: list[Segment] | None = None, progress=None) -> tuple[dict, BuildSummary]:
+    """Build and commit the index of a CommitLog. Returns (manifest, summary)."""
+    t0 = time.monotonic()
+    segments = segments if segments is not None else list_segments(commitlog)
+    summary = BuildSummary(segments=len(segments))
+    with output_lock(out):
+        staging = new_staging(out)
+        windows = WindowSet(str(staging / "index"), config)
+        try:
+            reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records)
+            for batch in reader:
+                summary.messages += batch.num_rows
+                summary.rollback_skipped += int((~indexable(batch)).sum())
+                entries = extract_entries(batch)
+                phy = entries.column("phy_offset").to_numpy()
+                summary.messages_indexed += len(np.unique(phy)) if len(phy) else 0
+                ts = entries.column("store_timestamp_ms").to_numpy()
+                windows.add(assign_windows(ts, config.window_ms), phy,
+                            entries.column("key_hash").to_numpy(), ts)
+                summary.entries += entries.num_rows
+                if progress:
+                    progress(reader)
+            files = windows.close()
+        except BaseException:
+            windows.abort()
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        summary.bytes_read = reader.bytes_read
+        summary.stop = reader.stop.as_dict() if reader.stop else None
+        summary.stops = [s.as_dict() for s in reader.stops]
+        summary.below_end_phy_offset_skipped = windows.skipped_below_end
+        summary.entries -= summary.below_end_phy_offset_skipped
+        summary.windows = len({f.window_id for f in files})
+        summary.files = len(files)
+        summary.wall_s = round(time.monotonic() - t0, 3)
+        manifest = manifest_header(config, segments, summary)
+        manifest = commit(out, staging, files, manifest, config.tzinfo)
+    return manifest, summary
+
+
+def manifest_header(config: BuildConfig, segments: list[Segment], summary: BuildSummary) -> dict:
+    return {
+        "version": MANIFEST_VERSION,
+        "hash_slot_num": config.hash_slot_num,
+        "index_num": config.index_num,
+        "index_file_size": L.index_file_size(config.hash_slot_num, config.index_num),
+        "window_ms": config.window_ms,
+        "timezone": config.timezone,
+        "check_crc": config.check_crc,
+        "commitlog": os.path.dirname(segments[0].path) if segments else None,
+        "segments": [{"name": s.name, "base_offset": s.base_offset, "size": s.size} for s in segments],
+        "messages": summary.messages,
+        "messages_indexed": summary.messages_indexed,
+        "rollback_skipped": summary.rollback_skipped,
+        "below_end_phy_offset_skipped": summary.below_end_phy_offset_skipped,
+        "entries": summary.entries,
+        "windows": summary.windows,
+        "bytes_read": summary.bytes_read,
+        "stop": summary.stop,
+    }

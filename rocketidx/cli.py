@@ -1,0 +1,165 @@
+"""``rocketidx``: gen, build, query.
+
+Exit codes: 0 done, 1 the input has problems the command reports, 2 the command could not run (bad
+arguments, unreadable or locked paths). Errors print one line naming the file and byte offset.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+from rocketidx import layout as L
+from rocketidx.errors import RocketIdxError
+from rocketidx.windows import parse_duration_ms
+
+
+def _duration(option: str):
+    def parse(text: str) -> int:
+        try:
+            return parse_duration_ms(text, option)
+        except RocketIdxError as e:
+            raise argparse.ArgumentTypeError(str(e)) from e
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
+    return v
+
+
+def _size(text: str) -> int:
+    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
+    t = text.strip().lower().rstrip("ib").rstrip("b") if text.lower().endswith(("ib", "b")) else text.strip().lower()
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return _positive_int(t)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.")
+    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("gen", help="write a sample broker store (CommitLog segments) from a seed")
+    g.add_argument("--out", required=True, help="store directory to create (commitlog/ goes inside)")
+    g.add_argument("--messages", type=_positive_int, required=True)
+    g.add_argument("--segment-bytes", type=_size, default=64 * 1024**2, help="segment size (default 64m)")
+    g.add_argument("--body-bytes", type=_positive_int, default=300, help="mean body size (default 300)")
+    g.add_argument("--topics", type=_positive_int, default=4)
+    g.add_argument("--keys-per-message", type=_positive_int, default=2, help="most KEYS per message (default 2)")
+    g.add_argument("--span", type=_duration("span"), default=24 * 3_600_000, help="time span (default 24h)")
+    g.add_argument("--start-ms", type=_positive_int, default=1_700_000_000_000)
+    g.add_argument("--seed", type=int, default=1)
+
+    b = sub.add_parser("build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json")
+    b.add_argument("--commitlog", required=True, help="CommitLog directory, or a store holding commitlog/")
+    b.add_argument("--out", required=True)
+    b.add_argument("--hash-slots", type=_positive_int, default=None, help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
+    b.add_argument("--index-num", type=_positive_int, default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
+    b.add_argument("--window", type=_duration("window"), default=None, help="window length (default 1h; 0 = one)")
+    b.add_argument("--timezone", default=None, help="zone of file names (default: this host's, as the broker)")
+    b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
+    b.add_argument("--conf", default=None, help="JSON settings file (see conf/defaults.json)")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
+    q.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
+    q.add_argument("--topic")
+    q.add_argument("--key")
+    q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
+    q.add_argument("--begin", type=int, default=0)
+    q.add_argument("--end", type=int, default=2**63 - 1)
+    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH)
+    q.add_argument("--hash-slots", type=_positive_int, default=None)
+    q.add_argument("--index-num", type=_positive_int, default=None)
+    return p
+
+
+def cmd_gen(a) -> int:
+    from rocketidx.generate import GenConfig, generate_store
+    cfg = GenConfig(messages=a.messages, segment_bytes=a.segment_bytes, body_bytes=a.body_bytes, topics=a.topics,
+                    keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed)
+    t0 = time.monotonic()
+    info = generate_store(a.out, cfg)
+    info["wall_s"] = round(time.monotonic() - t0, 2)
+    print(json.dumps(info))
+    return 0
+
+
+def cmd_build(a) -> int:
+    from rocketidx.build import build_index
+    from rocketidx.config import load_config
+    cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
+                      timezone=a.timezone, check_crc=False if a.no_crc else None)
+    manifest, summary = build_index(a.commitlog, a.out, cfg)
+    if a.json:
+        print(json.dumps(summary.as_dict()))
+    else:
+        print_summary(summary)
+    return 0
+
+
+def print_summary(s) -> None:
+    mb = s.bytes_read / 1e6
+    rate = f"{mb / s.wall_s:.0f} MB/s, {s.entries / s.wall_s / 1e6:.2f} M entries/s" if s.wall_s else ""
+    print(f"segments {s.segments}  bytes {s.bytes_read:,}  messages {s.messages:,}  entries {s.entries:,}  "
+          f"windows {s.windows}  files {s.files}  wall {s.wall_s:.2f}s  {rate}")
+    if s.stop:
+        print(f"reading stopped: {s.stop['segment']} + {s.stop['segment_offset']} "
+              f"(offset {s.stop['phy_offset']}): {s.stop['reason']}")
+
+
+def cmd_query(a) -> int:
+    from rocketidx.query import open_index, query_offsets
+    files = open_index(a.index, a.hash_slots, a.index_num)
+    if a.queries:
+        queries = []
+        with open(a.queries) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        queries.append(json.loads(line))
+                    except ValueError as e:
+                        raise RocketIdxError(f"{a.queries} line {n}: not JSON: {e}") from e
+    elif a.topic is not None and a.key is not None:
+        queries = [{"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max}]
+    else:
+        print("rocketidx query: give --topic and --key, or --queries FILE", file=sys.stderr)
+        return 2
+    for q in queries:
+        begin = int(q.get("begin", a.begin))
+        end = int(q.get("end", a.end))
+        max_num = int(q.get("maxNum", a.max))
+        offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
+        print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
+                          "offsets": offsets}, ensure_ascii=False))
+    return 0
+
+
+COMMANDS = {"gen": cmd_gen, "build": cmd_build, "query": cmd_query}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return COMMANDS[args.command](args)
+    except RocketIdxError as e:
+        print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"rocketidx {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

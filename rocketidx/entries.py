@@ -1,0 +1,76 @@
+"""Messages -> index entries (``IndexService.buildIndex``).
+
+In: a batch of :data:`rocketidx.messages.MESSAGE_SCHEMA`, in CommitLog order.
+Out: :data:`ENTRY_SCHEMA` rows ``(phy_offset, entry_seq, key_hash, store_timestamp_ms)`` in CommitLog
+order, ``entry_seq`` numbering a message's entries from 0 so that ``(phy_offset, entry_seq)`` sorts
+entries exactly as the broker puts them.
+Stays true: a transaction rollback (``sys_flag & 0xC == 0xC``) makes no entry; ``UNIQ_KEY`` makes the
+first entry, ``topic#UNIQ_KEY`` (never split); then every non-empty piece of ``KEYS`` split on U+0020
+only, in order, ``topic#piece``; duplicates are kept.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rocketidx import layout as L
+from rocketidx.keys import key_hash
+
+ENTRY_SCHEMA = pa.schema([
+    ("phy_offset", pa.int64()),
+    ("entry_seq", pa.int32()),
+    ("key_hash", pa.int32()),
+    ("store_timestamp_ms", pa.int64()),
+])
+
+
+def indexable(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
+    """Mask of the messages ``buildIndex`` looks at: everything but transaction rollbacks."""
+    sys_flag = batch.column("sys_flag").to_numpy()
+    return (sys_flag & L.SYSFLAG_TX_MASK) != L.SYSFLAG_TX_ROLLBACK
+
+
+def extract_entry_keys(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """Every entry of the batch as (message row, entry_seq, key string ``topic#key``), in broker order."""
+    n = batch.num_rows
+    rows = np.arange(n)
+    ok = indexable(batch)
+    topic = batch.column("topic")
+    uniq = batch.column("uniq_key")
+    keys = batch.column("keys")
+    if isinstance(topic, pa.ChunkedArray):
+        topic, uniq, keys = topic.combine_chunks(), uniq.combine_chunks(), keys.combine_chunks()
+
+    has_uniq = ok & uniq.is_valid().to_numpy(zero_copy_only=False)
+    u_rows = rows[has_uniq]
+    u_keys = pc.binary_join_element_wise(topic.filter(has_uniq), uniq.filter(has_uniq), "#")
+
+    has_keys = ok & keys.is_valid().to_numpy(zero_copy_only=False)
+    k_rows_msg = rows[has_keys]
+    pieces = pc.split_pattern(keys.filter(has_keys), L.KEY_SEPARATOR)
+    parent = pc.list_parent_indices(pieces).to_numpy()
+    flat = pc.list_flatten(pieces)
+    nonempty = pc.greater(pc.binary_length(flat), 0).to_numpy(zero_copy_only=False)
+    k_rows = k_rows_msg[parent[nonempty]]
+    k_topics = topic.take(pa.array(k_rows))
+    k_keys = pc.binary_join_element_wise(k_topics, flat.filter(pa.array(nonempty)), "#")
+
+    all_rows = np.concatenate([u_rows, k_rows])
+    all_keys = pa.concat_arrays([u_keys, k_keys]) if len(all_rows) else pa.array([], pa.string())
+    # Stable sort by message row: UNIQ_KEY entries were placed first, so they stay first per message.
+    order = np.argsort(all_rows, kind="stable")
+    rows_sorted = all_rows[order]
+    starts = np.searchsorted(rows_sorted, rows_sorted, side="left")
+    seq = (np.arange(len(rows_sorted)) - starts).astype(np.int32)
+    return rows_sorted, seq, all_keys.take(pa.array(order))
+
+
+def extract_entries(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+    """The batch's index entries as :data:`ENTRY_SCHEMA`, in broker order."""
+    rows, seq, keys = extract_entry_keys(batch)
+    phy = batch.column("phy_offset").to_numpy()[rows]
+    ts = batch.column("store_timestamp_ms").to_numpy()[rows]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(phy, pa.int64()), pa.array(seq), pa.array(key_hash(keys)), pa.array(ts, pa.int64())],
+        schema=ENTRY_SCHEMA)

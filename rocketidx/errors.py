@@ -1,0 +1,54 @@
+"""The project's typed errors. Each names where the problem is; all pickle across Spark workers."""
+from __future__ import annotations
+
+
+class RocketIdxError(Exception):
+    """Base class: anything rocketidx raises on purpose."""
+
+
+class ConfigError(RocketIdxError):
+    """A bad option or setting: names the option and the value."""
+
+    def __init__(self, option: str, value: object, reason: str) -> None:
+        super().__init__(option, value, reason)
+        self.option, self.value, self.reason = option, value, reason
+
+    def __str__(self) -> str:
+        return f"{self.option}={self.value!r}: {self.reason}"
+
+
+class StoreLayoutError(RocketIdxError):
+    """A CommitLog or index directory that is not laid out as RocketMQ lays it out."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class CorruptRecordError(RocketIdxError):
+    """A record or file that cannot be read as the format says, at a byte offset of a file."""
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(path, offset, reason)
+        self.path, self.offset, self.reason = path, offset, reason
+
+    def __str__(self) -> str:
+        return f"{self.path} @ byte {self.offset}: {self.reason}"
+
+
+class CorruptIndexError(CorruptRecordError):
+    """An IndexFile whose size, header or links are inconsistent."""
+
+
+class StoreLockedError(RocketIdxError):
+    """A broker store whose lock file is held by a running broker, or an output another job holds."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"

@@ -1,0 +1,346 @@
+"""Entries <-> IndexFile bytes: the streaming writer, the reader, key queries and the sanity check.
+
+Writer in: one window's entries ``(phy_offset, key_hash, store_timestamp_ms)`` in CommitLog order, in
+batches. Writer out: that window's files, each created at full size but sparse, items appended with
+positional writes, slot table and header written last; :class:`FileInfo` per file.
+Reader in: a file path and the two sizes. Reader out: header and numpy views of slots and items, and
+:func:`query_offsets` answers with ``IndexService.queryOffset`` semantics over a list of files.
+
+Stays true: every byte equals what ``IndexFile.putKey`` writes for the same entries (see the quirks in
+:mod:`rocketidx.layout`); memory per writer is its slot table plus one batch; a file in a writer's
+directory is complete only once the writer has closed it, and callers stage that directory.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from rocketidx import layout as L
+from rocketidx.errors import CorruptIndexError
+from rocketidx.keys import key_hash_py
+
+_SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
+
+
+@dataclass(frozen=True)
+class Header:
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = L.FIRST_INDEX
+
+    def to_bytes(self) -> bytes:
+        h = np.zeros(1, L.INDEX_HEADER)
+        h["begin_timestamp_ms"], h["end_timestamp_ms"] = self.begin_timestamp, self.end_timestamp
+        h["begin_phy_offset"], h["end_phy_offset"] = self.begin_phy_offset, self.end_phy_offset
+        h["hash_slot_count"], h["index_count"] = self.hash_slot_count, self.index_count
+        return h.tobytes()
+
+    @classmethod
+    def from_array(cls, h: np.ndarray) -> "Header":
+        return cls(int(h["begin_timestamp_ms"]), int(h["end_timestamp_ms"]), int(h["begin_phy_offset"]),
+                   int(h["end_phy_offset"]), int(h["hash_slot_count"]), int(h["index_count"]))
+
+
+@dataclass
+class FileInfo:
+    """One written file: what the manifest records and the driver checks before committing."""
+
+    name: str  # staging name; the committed name is assigned in (window, seq) order
+    window_id: int
+    window_start_ms: int
+    seq: int
+    header: Header
+    created_with_end_phy_offset: int = 0
+    created_with_end_timestamp: int = 0
+
+    @property
+    def entries(self) -> int:
+        return self.header.index_count - L.FIRST_INDEX
+
+    def as_row(self) -> dict:
+        d = {"name": self.name, "window_id": self.window_id, "window_start_ms": self.window_start_ms,
+             "seq": self.seq}
+        d.update(asdict(self.header))
+        return d
+
+
+def time_diffs(store_ts: np.ndarray, begin_ts: np.ndarray) -> np.ndarray:
+    """``putKey``'s time diff: seconds since the header's begin, 0 without a begin, clamped to int32."""
+    diff = np.floor_divide(store_ts - begin_ts, 1000)  # negative diffs end up 0 either way
+    diff = np.clip(diff, 0, L.MAX_TIME_DIFF_S)
+    return np.where(begin_ts <= 0, 0, diff).astype(np.int64)
+
+
+@dataclass
+class _OpenFile:
+    path: str
+    fd: int
+    header: Header
+    slots: np.ndarray  # native int32, the whole slot table
+    created_with: tuple[int, int]
+
+
+class WindowWriter:
+    """Writes one window's entries into its sequence of IndexFiles in ``directory``.
+
+    Feed it entries in CommitLog order with :meth:`add`; :meth:`close` finishes the last file and
+    returns every file's :class:`FileInfo`. :meth:`suspend`/:meth:`resume` release and reload the slot
+    table, so a caller juggling many windows keeps memory bounded.
+    """
+
+    def __init__(self, directory: str | os.PathLike, window_id: int, window_ms: int,
+                 hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM, index_num: int = L.DEFAULT_INDEX_NUM):
+        if hash_slot_num <= 0 or index_num <= L.FIRST_INDEX:
+            raise ValueError("hash_slot_num must be > 0 and index_num > 1")
+        self.directory = str(directory)
+        self.window_id, self.window_ms = window_id, window_ms
+        self.hash_slot_num, self.index_num = hash_slot_num, index_num
+        self.file_size = L.index_file_size(hash_slot_num, index_num)
+        self.items_at = L.items_offset(hash_slot_num)
+        self.files: list[FileInfo] = []
+        self.current: _OpenFile | None = None
+        self.suspended: tuple[str, Header, tuple[int, int]] | None = None
+        self.end_phy_offset = 0  # of the window's current file: buildIndex skips messages below it
+        self.skipped_below_end = 0
+        self.entries = 0
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _new_file(self, seed: Header | None) -> None:
+        seq = len(self.files) + (1 if self.current is not None else 0)
+        from rocketidx.windows import staging_name
+        path = os.path.join(self.directory, staging_name(self.window_id, seq, self.window_ms))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.ftruncate(fd, self.file_size)  # sparse: only written blocks take disk
+        if seed is None:
+            header, created = Header(), (0, 0)
+        else:  # IndexService.getAndCreateLastIndexFile seeds a rolled file from the full one's end
+            header = Header(begin_timestamp=seed.end_timestamp, end_timestamp=seed.end_timestamp,
+                            begin_phy_offset=seed.end_phy_offset, end_phy_offset=seed.end_phy_offset)
+            created = (seed.end_phy_offset, seed.end_timestamp)
+        self.current = _OpenFile(path, fd, header, np.zeros(self.hash_slot_num, np.int32), created)
+
+    def _finish_file(self) -> None:
+        f = self.current
+        assert f is not None
+        self._flush(f)
+        os.close(f.fd)
+        self.files.append(FileInfo(os.path.basename(f.path), self.window_id, self.window_id * self.window_ms,
+                                   len(self.files), f.header, *f.created_with))
+        self.current = None
+
+    def _flush(self, f: _OpenFile) -> None:
+        """Write the slot table's non-empty blocks and the header (the header last, as the broker does)."""
+        slots = f.slots
+        pad = (-len(slots)) % _SLOT_BLOCK
+        blocks = np.concatenate([slots, np.zeros(pad, np.int32)]).reshape(-1, _SLOT_BLOCK)
+        used = np.flatnonzero(blocks.any(axis=1))
+        if len(used):
+            # Contiguous runs of used blocks become one write each.
+            breaks = np.flatnonzero(np.diff(used) != 1)
+            run_starts = np.concatenate(([used[0]], used[breaks + 1]))
+            run_ends = np.concatenate((used[breaks], [used[-1]])) + 1
+            for b0, b1 in zip(run_starts.tolist(), run_ends.tolist()):
+                lo, hi = b0 * _SLOT_BLOCK, min(b1 * _SLOT_BLOCK, len(slots))
+                os.pwrite(f.fd, slots[lo:hi].astype(L.SLOT).tobytes(), L.slots_offset() + lo * L.SLOT.itemsize)
+        os.pwrite(f.fd, f.header.to_bytes(), 0)
+
+    # -- entries --------------------------------------------------------------------------------
+
+    def add(self, phy_offset: np.ndarray, key_hash: np.ndarray, store_timestamp_ms: np.ndarray) -> None:
+        """Put a batch of entries, in CommitLog order (``IndexService.buildIndex`` + ``putKey``)."""
+        if self.suspended is not None:
+            self.resume()
+        phy = np.asarray(phy_offset, np.int64)
+        kh = np.asarray(key_hash, np.int64)
+        ts = np.asarray(store_timestamp_ms, np.int64)
+        if len(phy) == 0:
+            return
+        # buildIndex skips a message below the current file's endPhyOffset; rolled files inherit the
+        # full file's end, so the bound is the running maximum over the window.
+        running = np.maximum.accumulate(np.concatenate(([self.end_phy_offset], phy)))[:-1]
+        keep = phy >= running
+        if not keep.all():
+            self.skipped_below_end += int((~keep).sum())
+            phy, kh, ts = phy[keep], kh[keep], ts[keep]
+            if len(phy) == 0:
+                return
+        lo = 0
+        while lo < len(phy):
+            if self.current is None:
+                self._new_file(None)
+            elif self.current.header.index_count >= self.index_num:
+                full = self.current.header
+                self._finish_file()
+                self._new_file(full)
+            room = self.index_num - self.current.header.index_count
+            hi = min(len(phy), lo + room)
+            self._put(phy[lo:hi], kh[lo:hi], ts[lo:hi])
+            lo = hi
+        self.end_phy_offset = int(phy[-1])
+        self.entries += len(phy)
+
+    def _put(self, phy: np.ndarray, kh: np.ndarray, ts: np.ndarray) -> None:
+        f = self.current
+        h = f.header
+        n = len(phy)
+        first = h.index_count
+        idx = first + np.arange(n, dtype=np.int64)
+        begin = np.full(n, h.begin_timestamp, np.int64)
+        if first <= L.FIRST_INDEX:  # the first entry's diff uses the old begin; later ones its time
+            begin[1:] = ts[0]
+        slot = kh % self.hash_slot_num
+        # Chains: within the batch each item links to the previous item of its slot; the first item of
+        # a slot links to what the slot table held (0 = empty).
+        order = np.argsort(slot, kind="stable")
+        s_sorted = slot[order]
+        new_group = np.ones(n, bool)
+        new_group[1:] = s_sorted[1:] != s_sorted[:-1]
+        prev_sorted = np.empty(n, np.int64)
+        prev_sorted[1:] = idx[order][:-1]
+        heads = s_sorted[new_group]
+        slot_values = f.slots[heads].astype(np.int64)
+        slot_values[(slot_values <= L.INVALID_INDEX) | (slot_values > first)] = L.INVALID_INDEX
+        prev_sorted[new_group] = slot_values
+        prev = np.empty(n, np.int64)
+        prev[order] = prev_sorted
+        last_of_group = np.ones(n, bool)
+        last_of_group[:-1] = s_sorted[1:] != s_sorted[:-1]
+        f.slots[s_sorted[last_of_group]] = idx[order][last_of_group]
+
+        items = np.empty(n, L.INDEX_ITEM)
+        items["key_hash"] = kh
+        items["phy_offset"] = phy
+        items["time_diff_s"] = time_diffs(ts, begin)
+        items["prev_index"] = prev
+        # Positional writes, not a mapping: dirty mapped pages would count against the task's memory.
+        os.pwrite(f.fd, items.tobytes(), self.items_at + first * L.INDEX_ITEM.itemsize)
+
+        new_slots = int((slot_values == L.INVALID_INDEX).sum())
+        f.header = Header(
+            begin_timestamp=int(ts[0]) if first <= L.FIRST_INDEX else h.begin_timestamp,
+            end_timestamp=int(ts[-1]),
+            begin_phy_offset=int(phy[0]) if first <= L.FIRST_INDEX else h.begin_phy_offset,
+            end_phy_offset=int(phy[-1]),
+            hash_slot_count=h.hash_slot_count + new_slots,
+            index_count=first + n,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def suspend(self) -> None:
+        """Write the current file's state and drop its slot table from memory."""
+        if self.current is None:
+            return
+        f = self.current
+        self._flush(f)
+        os.close(f.fd)
+        self.suspended = (f.path, f.header, f.created_with)
+        self.current = None
+
+    def resume(self) -> None:
+        path, header, created = self.suspended
+        fd = os.open(path, os.O_RDWR)
+        raw = os.pread(fd, self.hash_slot_num * L.SLOT.itemsize, L.slots_offset())
+        slots = np.frombuffer(raw, L.SLOT).astype(np.int32)
+        self.current = _OpenFile(path, fd, header, slots, created)
+        self.suspended = None
+
+    def close(self) -> list[FileInfo]:
+        if self.suspended is not None:
+            self.resume()
+        if self.current is not None:
+            self._finish_file()
+        return self.files
+
+    def abort(self) -> None:
+        """Close without finishing: for error paths (the staging directory is discarded)."""
+        if self.current is not None:
+            os.close(self.current.fd)
+            self.current = None
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+class IndexFile:
+    """A read-only IndexFile: header, slot table and items as numpy views over a memmap."""
+
+    def __init__(self, path: str | os.PathLike, hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM,
+                 index_num: int = L.DEFAULT_INDEX_NUM, *, check: bool = True):
+        self.path = str(path)
+        self.hash_slot_num, self.index_num = hash_slot_num, index_num
+        expected = L.index_file_size(hash_slot_num, index_num)
+        size = os.path.getsize(self.path)
+        if size != expected:
+            raise CorruptIndexError(self.path, 0, f"file size {size} != 40 + 4*{hash_slot_num} + 20*{index_num} "
+                                                  f"= {expected}; wrong --hash-slots/--index-num?")
+        mm = np.memmap(self.path, np.uint8, mode="r")
+        self.header = Header.from_array(mm[:L.INDEX_HEADER.itemsize].view(L.INDEX_HEADER)[0])
+        self.slots = mm[L.slots_offset():L.items_offset(hash_slot_num)].view(L.SLOT)
+        self.items = mm[L.items_offset(hash_slot_num):].view(L.INDEX_ITEM)
+        if check:
+            self.check_header()
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def check_header(self) -> None:
+        h = self.header
+        if not (L.FIRST_INDEX <= h.index_count <= self.index_num):
+            raise CorruptIndexError(self.path, L.INDEX_HEADER.fields["index_count"][1],
+                                    f"indexCount {h.index_count} outside [1, {self.index_num}]")
+        if not (0 <= h.hash_slot_count <= self.hash_slot_num):
+            raise CorruptIndexError(self.path, L.INDEX_HEADER.fields["hash_slot_count"][1],
+                                    f"hashSlotCount {h.hash_slot_count} outside [0, {self.hash_slot_num}]")
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """``IndexFile.isTimeMatched``."""
+        b, e = self.header.begin_timestamp, self.header.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offsets(self, out: list[int], key_hash: int, max_num: int, begin: int, end: int) -> None:
+        """``IndexFile.selectPhyOffset``: append matching offsets to ``out``, newest first."""
+        count = self.header.index_count
+        slot_value = int(self.slots[key_hash % self.hash_slot_num])
+        if slot_value <= L.INVALID_INDEX or slot_value > count or count <= 1:
+            return
+        begin_ts = self.header.begin_timestamp
+        i = slot_value
+        while len(out) < max_num:
+            if i >= self.index_num:  # a link past the file: RocketMQ would read garbage; stop
+                return
+            item = self.items[i]
+            time_diff = int(item["time_diff_s"])
+            if time_diff < 0:
+                return
+            t = begin_ts + time_diff * 1000
+            if int(item["key_hash"]) == key_hash and begin <= t <= end:
+                out.append(int(item["phy_offset"]))
+            prev = int(item["prev_index"])
+            if prev <= L.INVALID_INDEX or prev > count or prev == i or t < begin:
+                return
+            i = prev
+
+
+def query_offsets(files: list[IndexFile], topic: str, key: str, begin: int = 0, end: int = 2**63 - 1,
+                  max_num: int = L.DEFAULT_MAX_MSGS_NUM_BATCH,
+                  max_msgs_num_batch: int = L.DEFAULT_MAX_MSGS_NUM_BATCH) -> list[int]:
+    """``IndexService.queryOffset`` over ``files`` (oldest first): offsets in the broker's order."""
+    max_num = min(max_num, max_msgs_num_batch)
+    kh = key_hash_py(f"{topic}#{key}")
+    out: list[int] = []
+    for f in reversed(files):
+        if f.is_time_matched(begin, end):
+            f.select_phy_offsets(out, kh, max_num, begin, end)
+        if f.header.begin_timestamp < begin:
+            break
+        if len(out) >= max_num:
+            break
+    return out

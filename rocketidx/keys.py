@@ -1,0 +1,115 @@
+"""Java ``String.hashCode`` and the IndexFile key hash, vectorised over Arrow string arrays.
+
+In: a pyarrow string array (valid UTF-8, as :func:`rocketidx.messages.decode_java_utf8` leaves it).
+Out: int32 numpy arrays.
+Stays true: ``h = 31*h + c`` over UTF-16 code units (a character outside the BMP is a surrogate
+pair), in 32-bit two's complement; ``key_hash = abs(h)`` with ``Integer.MIN_VALUE -> 0``
+(``IndexFile.indexKeyHashMethod``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+_INT32_MIN = np.int32(-2**31)
+_POW31 = np.ones(1, np.uint32)
+
+
+def _powers_of_31(n: int) -> np.ndarray:
+    """31**k mod 2**32 for k in [0, n)."""
+    global _POW31
+    if len(_POW31) < n:
+        size = max(n, 2 * len(_POW31))
+        p = np.empty(size, np.uint32)
+        p[0] = 1
+        p[1:] = 31
+        _POW31 = np.cumprod(p, dtype=np.uint32)  # uint32 products wrap: exactly Java's int arithmetic
+    return _POW31[:n]
+
+
+def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(utf-8 bytes, int64 offsets rebased to 0) of a string array; nulls count as empty strings."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if arr.type == pa.large_string():
+        arr = arr.cast(pa.string())
+    if arr.null_count:
+        arr = arr.fill_null("")
+    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
+    data_buf = arr.buffers()[2]
+    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0]:offsets[-1]]
+    return data, offsets - offsets[0]
+
+
+def utf16_units(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 bytes -> UTF-16 code units (uint32 values) and per-string unit offsets."""
+    if len(data) == 0 or not (data >= 0x80).any():
+        return data.astype(np.uint32), offsets  # ASCII: one unit per byte
+    b = data.astype(np.uint32)
+    lead = (b & 0xC0) != 0x80
+    lead_pos = np.flatnonzero(lead)
+    n = len(b)
+
+    def at(k: int) -> np.ndarray:
+        return b[np.minimum(lead_pos + k, n - 1)] & 0x3F
+
+    b0 = b[lead_pos]
+    cp = np.where(b0 < 0x80, b0,
+         np.where(b0 < 0xE0, ((b0 & 0x1F) << 6) | at(1),
+         np.where(b0 < 0xF0, ((b0 & 0x0F) << 12) | (at(1) << 6) | at(2),
+                  ((b0 & 0x07) << 18) | (at(1) << 12) | (at(2) << 6) | at(3))))
+    supp = cp >= 0x10000
+    width = 1 + supp.astype(np.int64)
+    unit_pos = np.zeros(len(cp) + 1, np.int64)
+    np.cumsum(width, out=unit_pos[1:])
+    units = np.empty(int(unit_pos[-1]), np.uint32)
+    first = unit_pos[:-1]
+    v = cp - 0x10000
+    units[first] = np.where(supp, 0xD800 + (v >> 10), cp)
+    units[first[supp] + 1] = 0xDC00 + (v[supp] & 0x3FF)
+    # Per-string unit offsets: count the units of the characters whose lead byte lies in each string.
+    cum_width_at_byte = np.zeros(n + 1, np.int64)
+    per_byte = np.zeros(n, np.int64)
+    per_byte[lead_pos] = width
+    np.cumsum(per_byte, out=cum_width_at_byte[1:])
+    return units, cum_width_at_byte[offsets]
+
+
+def java_string_hash(arr: pa.Array) -> np.ndarray:
+    """Java ``String.hashCode`` of every string (null -> 0, like the empty string), as int32."""
+    data, offsets = _string_buffers(arr)
+    units, uoff = utf16_units(data, offsets)
+    lengths = np.diff(uoff)
+    if len(units) == 0:
+        return np.zeros(len(lengths), np.int32)
+    # h = sum(u_j * 31^(len-1-j)): the exponent of a unit is the distance to its string's last unit.
+    ends = np.repeat(uoff[1:], lengths)
+    exp = ends - 1 - np.arange(len(units))
+    terms = units * _powers_of_31(int(lengths.max()))[exp]
+    cs = np.zeros(len(units) + 1, np.uint32)
+    np.cumsum(terms, dtype=np.uint32, out=cs[1:])
+    return (cs[uoff[1:]] - cs[uoff[:-1]]).view(np.int32)
+
+
+def key_hash(arr: pa.Array) -> np.ndarray:
+    """``IndexFile.indexKeyHashMethod``: ``abs(hashCode)``, with ``Integer.MIN_VALUE`` -> 0. int32."""
+    return hash_to_key_hash(java_string_hash(arr))
+
+
+def hash_to_key_hash(h: np.ndarray) -> np.ndarray:
+    h = np.asarray(h, np.int32)
+    return np.where(h == _INT32_MIN, np.int32(0), np.abs(h)).astype(np.int32)
+
+
+def java_string_hash_py(s: str) -> int:
+    """Scalar reference: Java ``String.hashCode`` of one Python string (for queries and tests)."""
+    h = 0
+    for unit in np.frombuffer(s.encode("utf-16-be", "surrogatepass"), ">u2").tolist():
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def key_hash_py(s: str) -> int:
+    h = java_string_hash_py(s)
+    return 0 if h == -2**31 else abs(h)

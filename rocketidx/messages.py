@@ -1,0 +1,527 @@
+"""Segment bytes -> message columns (pyarrow).
+
+In: the bytes of one CommitLog segment (``bytes`` or ``mmap``), its :class:`Segment` ref and a byte range
+``[start, end)`` of it. Out: pyarrow RecordBatches of :data:`MESSAGE_SCHEMA`, one row per valid message
+record that STARTS in the range, in CommitLog order, plus a :class:`ReadStop` saying where and why
+reading ended.
+
+Stays true:
+* records are judged as ``CommitLog.checkMessageAndReturnSize(checkCRC=true)`` judges them at recovery:
+  a blank record ends the segment; a zero TOTALSIZE (the preallocated zero tail) or the first invalid
+  record (TOTALSIZE not fitting, unknown magic, body CRC mismatch, field lengths not adding up to
+  TOTALSIZE) ends reading for good, and nothing after it is returned;
+* two adjacent ranges of a segment together give exactly the records of the whole range: a range that
+  does not start at 0 resynchronises on the first position whose PHYSICALOFFSET field equals its own
+  absolute offset and whose record is well formed;
+* the only Python loop per record follows TOTALSIZE (pass 1, :func:`scan_record_offsets`); every field is
+  gathered with numpy at the computed offsets (pass 2) and the properties are parsed in bulk with
+  pyarrow compute.
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from array import array
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rocketidx import layout as L
+from rocketidx.segments import Segment, SegmentRange
+
+MESSAGE_SCHEMA = pa.schema([
+    ("phy_offset", pa.int64()),  # the stored PHYSICALOFFSET field
+    ("size", pa.int32()),
+    ("segment", pa.string()),
+    ("segment_offset", pa.int64()),
+    ("magic_version", pa.int8()),  # 1 or 2
+    ("topic", pa.string()),
+    ("queue_id", pa.int32()),
+    ("queue_offset", pa.int64()),
+    ("store_timestamp_ms", pa.int64()),
+    ("born_timestamp_ms", pa.int64()),
+    ("sys_flag", pa.int32()),
+    ("flag", pa.int32()),
+    ("born_host", pa.binary()),  # 4 (IPv4) or 16 (IPv6) address bytes
+    ("born_port", pa.int32()),
+    ("store_host", pa.binary()),
+    ("store_port", pa.int32()),
+    ("reconsume_times", pa.int32()),
+    ("prepared_tx_offset", pa.int64()),
+    ("body_length", pa.int32()),
+    ("body_crc", pa.int32()),
+    ("keys", pa.string()),  # raw KEYS property, null when absent
+    ("uniq_key", pa.string()),
+    ("tags", pa.string()),
+    ("properties", pa.string()),  # the raw properties string, decoded as Java decodes UTF-8
+])
+
+PROPERTIES_MAP = pa.map_(pa.string(), pa.string())
+
+STOP_END_OF_DATA = "end_of_data"  # zero TOTALSIZE: reading ends for good (normally)
+STOP_CORRUPT = "corrupt"  # invalid record: reading ends for good
+STOP_BLANK = "blank"  # blank record: the segment ends, reading goes on with the next one
+STOP_SEGMENT_END = "segment_end"  # the last record ended exactly at the segment's end
+STOP_RANGE_END = "range_end"  # the range ended with no stop inside it
+
+
+@dataclass(frozen=True)
+class ReadStop:
+    """Where a segment or range read ended, and why."""
+
+    path: str
+    base_offset: int
+    segment_offset: int
+    kind: str
+    reason: str
+
+    @property
+    def phy_offset(self) -> int:
+        return self.base_offset + self.segment_offset
+
+    @property
+    def final(self) -> bool:
+        """True when nothing after this point may be read (zero tail or invalid record)."""
+        return self.kind in (STOP_END_OF_DATA, STOP_CORRUPT)
+
+    def as_dict(self) -> dict:
+        return {"segment": self.path.rsplit("/", 1)[-1], "segment_offset": self.segment_offset,
+                "phy_offset": self.phy_offset, "kind": self.kind, "reason": self.reason}
+
+
+_HEAD = struct.Struct(">iI")  # TOTALSIZE, MAGICCODE
+_PHY = struct.Struct(">q")
+_PHY_AT = L.RECORD_PREFIX.fields["phy_offset"][1]
+_MAGICS = (L.MAGIC_V1, L.MAGIC_V2)
+
+
+def _zero_from(buf, pos: int, size: int) -> bool:
+    return not np.frombuffer(buf, np.uint8, size - pos, pos).any()
+
+
+def _end_of_data_stop(seg: Segment, buf, pos: int) -> ReadStop:
+    if _zero_from(buf, pos, seg.size):
+        return ReadStop(seg.path, seg.base_offset, pos, STOP_END_OF_DATA, "end of data (zero TOTALSIZE, zero tail)")
+    return ReadStop(seg.path, seg.base_offset, pos, STOP_END_OF_DATA,
+                    "end of data (zero TOTALSIZE; non-zero bytes follow)")
+
+
+def _head_stop(buf, seg: Segment, p: int) -> ReadStop | None:
+    """The stop a record header at ``p`` makes, or None when it starts a plausible message record."""
+    size = seg.size
+    if size - p < 4:
+        if _zero_from(buf, p, size):
+            return _end_of_data_stop(seg, buf, p)
+        return ReadStop(seg.path, seg.base_offset, p, STOP_CORRUPT, f"torn record header: only {size - p} bytes left")
+    if size - p < 8:
+        total = struct.unpack_from(">i", buf, p)[0]
+        if total == 0:
+            return _end_of_data_stop(seg, buf, p)
+        return ReadStop(seg.path, seg.base_offset, p, STOP_CORRUPT, f"torn record header: only {size - p} bytes left")
+    total, magic = _HEAD.unpack_from(buf, p)
+    if total == 0:
+        return _end_of_data_stop(seg, buf, p)
+    if magic == L.MAGIC_BLANK:
+        return ReadStop(seg.path, seg.base_offset, p, STOP_BLANK, "blank record: rest of segment is padding")
+    if magic not in _MAGICS:
+        return ReadStop(seg.path, seg.base_offset, p, STOP_CORRUPT, f"unknown magic code 0x{magic:08X}")
+    if total < L.MIN_RECORD_SIZE or total > size - p:
+        return ReadStop(seg.path, seg.base_offset, p, STOP_CORRUPT,
+                        f"TOTALSIZE {total} does not fit ({size - p} bytes left in segment)")
+    return None
+
+
+def scan_record_offsets(buf, seg: Segment, start: int, end: int) -> tuple[np.ndarray, ReadStop]:
+    """Pass 1: follow TOTALSIZE from ``start`` (a record start) while records start before ``end``.
+
+    Returns the segment-relative offsets of plausible records (magic and size checked only) and the
+    stop. Fields are checked in pass 2, which may cut the list shorter.
+    """
+    offsets = array("q")
+    append = offsets.append
+    unpack = _HEAD.unpack_from
+    size = seg.size
+    p = start
+    stop = None
+    while p < end:
+        if size - p >= 8:
+            total, magic = unpack(buf, p)
+            # The common case inline; anything unusual goes through _head_stop for its reason.
+            if total >= L.MIN_RECORD_SIZE and (magic == L.MAGIC_V1 or magic == L.MAGIC_V2) and total <= size - p:
+                append(p)
+                p += total
+                continue
+        stop = _head_stop(buf, seg, p)
+        break
+    if stop is None:
+        if p >= size:
+            stop = ReadStop(seg.path, seg.base_offset, size, STOP_SEGMENT_END, "segment ends after its last record")
+        else:
+            stop = ReadStop(seg.path, seg.base_offset, p, STOP_RANGE_END, "range ends")
+    return np.frombuffer(offsets, dtype=np.int64) if len(offsets) else np.zeros(0, np.int64), stop
+
+
+def find_first_record(buf, seg: Segment, start: int, end: int) -> int | None:
+    """The first position in ``[start, end)`` where a well-formed record starts, or None.
+
+    A record's PHYSICALOFFSET field holds its own absolute offset: that, the magic code, a TOTALSIZE that
+    fits, fields that add up to TOTALSIZE, and a plausible header right after it, make a false match
+    inside a message body practically impossible.
+    """
+    if start == 0:
+        return 0
+    u8 = np.frombuffer(buf, np.uint8, seg.size)
+    # Candidates: a magic code's first three bytes (shared by v1 and v2) 4 bytes after the start.
+    lo = start + 4
+    hi = min(end + 4 + 3, seg.size)
+    pos = lo
+    pattern = b"\xda\xa3\x20"
+    while True:
+        hit = _find(buf, pattern, pos, hi)
+        if hit < 0:
+            return None
+        p = hit - 4
+        pos = hit + 1
+        if p >= end:
+            return None
+        if p + L.RECORD_PREFIX.itemsize > seg.size:
+            continue
+        if _PHY.unpack_from(buf, p + _PHY_AT)[0] != seg.base_offset + p:
+            continue
+        if _head_stop(buf, seg, p) is not None:
+            continue
+        ok, _ = _check_fields(u8, np.array([p], np.int64), seg.size)
+        if not ok[0]:
+            continue
+        nxt = p + _HEAD.unpack_from(buf, p)[0]
+        follow = _head_stop(buf, seg, nxt) if nxt < seg.size else None
+        if follow is not None and follow.kind == STOP_CORRUPT:
+            continue
+        if follow is None and _PHY.unpack_from(buf, nxt + _PHY_AT)[0] != seg.base_offset + nxt:
+            continue
+        return p
+
+
+def _find(buf, pattern: bytes, start: int, end: int) -> int:
+    if hasattr(buf, "find"):
+        return buf.find(pattern, start, end)
+    return bytes(buf[start:end]).find(pattern) + start if bytes(buf[start:end]).find(pattern) >= 0 else -1
+
+
+# --- pass 2: gather fields ----------------------------------------------------------------------
+
+def _gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """The big-endian values of ``dtype`` at byte positions ``pos`` (one fancy index)."""
+    idx = pos[:, None] + np.arange(dtype.itemsize)
+    np.minimum(idx, len(u8) - 1, out=idx)
+    return u8[idx].view(dtype).reshape(len(pos))
+
+
+def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the byte ranges ``[pos, pos+lengths)``: (data, int32 arrow offsets)."""
+    lengths = lengths.astype(np.int64)
+    offsets = np.zeros(len(pos) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        return np.zeros(0, np.uint8), offsets.astype(np.int32)
+    # idx[k] for the k-th output byte: a running sum whose step is 1 inside a range and jumps to the
+    # next range's start at each boundary.
+    step = np.ones(total, np.int64)
+    nonempty = lengths > 0
+    starts = pos[nonempty]
+    first_out = offsets[:-1][nonempty]
+    prev_end = np.concatenate(([0], (starts + lengths[nonempty])[:-1]))
+    jumps = starts - prev_end + 1
+    jumps[0] = starts[0]
+    step[first_out] = jumps
+    idx = np.cumsum(step)
+    return u8[idx], offsets.astype(np.int32)
+
+
+def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.BinaryArray:
+    return pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1,
+                                       [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
+    """Bytes -> strings as Java's ``new String(bytes, UTF_8)`` does: malformed input becomes U+FFFD.
+
+    Valid input is a zero-copy cast; only a batch holding malformed bytes is decoded row by row
+    (Python's "replace" handler substitutes maximal subparts the way Java's decoder does).
+    """
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in arr.to_pylist()],
+                        pa.string())
+
+
+def _property_pattern(name: str) -> str:
+    # string2messageProperties: a piece is `name \x01 value`, the name runs to the piece's first \x01,
+    # the value must be non-empty, a later piece wins. The greedy `.*\x02` finds the last such piece;
+    # `[^\x02]+` keeps \x01 inside values and skips an empty value in favour of an earlier piece.
+    return "(?s)(?:.*\x02|^)" + name + "\x01(?P<v>[^\x02]+)"
+
+
+def extract_property(props: pa.StringArray, name: str) -> pa.StringArray:
+    """The value ``string2messageProperties`` gives for ``name``, or null, for every row."""
+    m = pc.extract_regex(props, _property_pattern(name))
+    return pc.if_else(m.is_valid(), pc.struct_field(m, 0), pa.scalar(None, pa.string()))
+
+
+def parse_properties(props: pa.StringArray) -> pa.MapArray:
+    """Every property as a map, names sorted, as ``MessageDecoder.string2messageProperties`` parses."""
+    pieces = pc.split_pattern(props, L.PROPERTY_SEPARATOR)
+    parent = pc.list_parent_indices(pieces)
+    flat = pc.list_flatten(pieces)
+    kv = pc.split_pattern(flat, L.NAME_VALUE_SEPARATOR, max_splits=1)
+    ok = pc.and_(pc.equal(pc.list_value_length(kv), 2), pa.array(np.ones(len(kv), bool)))
+    name = pc.list_element(pc.filter(kv, ok), 0)
+    value = pc.list_element(pc.filter(kv, ok), 1)
+    parent = pc.filter(parent, ok)
+    keep = pc.and_(pc.greater(pc.binary_length(name), 0), pc.greater(pc.binary_length(value), 0))
+    t = pa.table({"row": pc.filter(parent, keep), "name": pc.filter(name, keep),
+                  "value": pc.filter(value, keep), "pos": pa.array(np.arange(pc.sum(keep).as_py() or 0))})
+    # Later duplicate wins: keep the highest position per (row, name).
+    last = t.group_by(["row", "name"], use_threads=False).aggregate([("pos", "max")])
+    t = t.take(last["pos_max"]).sort_by([("row", "ascending"), ("name", "ascending")])
+    counts = np.bincount(t["row"].to_numpy(), minlength=len(props)) if t.num_rows else np.zeros(len(props), np.int64)
+    offsets = np.zeros(len(props) + 1, np.int32)
+    np.cumsum(counts, out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets), t["name"].combine_chunks(), t["value"].combine_chunks(),
+                                   mask=props.is_null())
+
+
+def _check_fields(u8: np.ndarray, P: np.ndarray, size: int):
+    """Vectorised field checks of pass 2. Returns (ok mask, dict of gathered columns and reasons)."""
+    n = len(P)
+    pre = _gather(u8, P, L.RECORD_PREFIX)
+    total = pre["total_size"].astype(np.int64)
+    rec_end = P + total
+    sys_flag = pre["sys_flag"].astype(np.int32)
+    v2 = pre["magic"] == L.MAGIC_V2
+    born_v6 = (sys_flag & L.SYSFLAG_BORNHOST_V6) != 0
+    store_v6 = (sys_flag & L.SYSFLAG_STOREHOST_V6) != 0
+    born_w = np.where(born_v6, L.IPV6_HOST_BYTES, L.IPV4_HOST_BYTES)
+    store_w = np.where(store_v6, L.IPV6_HOST_BYTES, L.IPV4_HOST_BYTES)
+    born_pos = P + L.RECORD_PREFIX.itemsize
+    store_ts_pos = born_pos + born_w
+    store_pos = store_ts_pos + L.STORE_TIMESTAMP_BYTES
+    after_pos = store_pos + store_w
+    body_pos = after_pos + L.RECORD_AFTER_HOSTS.itemsize
+
+    reason = np.zeros(n, np.int8)  # 0 ok; codes index _REASONS
+    bad = body_pos > rec_end
+    reason[bad] = 1
+    safe = lambda pos: np.where(reason == 0, pos, P)  # noqa: E731 - keep gathers inside the buffer
+    after = _gather(u8, safe(after_pos), L.RECORD_AFTER_HOSTS)
+    body_len = np.where(reason == 0, after["body_length"].astype(np.int64), 0)
+    bad = (reason == 0) & ((body_len < 0) | (body_pos + body_len > rec_end))
+    reason[bad] = 2
+    tl_pos = safe(body_pos + body_len)
+    tl_bytes = np.where(v2, 2, 1)
+    bad = (reason == 0) & (tl_pos + tl_bytes > rec_end)
+    reason[bad] = 3
+    b0 = u8[np.minimum(tl_pos, size - 1)].astype(np.int64)
+    b1 = u8[np.minimum(tl_pos + 1, size - 1)].astype(np.int64)
+    topic_len = np.where(v2, ((b0 << 8) | b1).astype(np.uint16).view(np.int16), b0.astype(np.uint8).view(np.int8)
+                         ).astype(np.int64)
+    topic_len = np.where(reason == 0, topic_len, 0)
+    topic_pos = tl_pos + tl_bytes
+    bad = (reason == 0) & ((topic_len < 0) | (topic_pos + topic_len + L.PROPERTIES_LENGTH_BYTES > rec_end))
+    reason[bad] = 4
+    pl_pos = safe(topic_pos + topic_len)
+    props_len = np.where(reason == 0, _gather(u8, pl_pos, np.dtype(">i2")).astype(np.int64), 0)
+    props_pos = pl_pos + L.PROPERTIES_LENGTH_BYTES
+    computed = L.record_length(v2, born_v6, store_v6, body_len, topic_len, props_len)
+    bad = (reason == 0) & (computed != total)
+    reason[bad] = 5
+    cols = dict(pre=pre, total=total, sys_flag=sys_flag, v2=v2, born_v6=born_v6, store_v6=store_v6,
+                born_pos=born_pos, store_ts_pos=store_ts_pos, store_pos=store_pos, after=after,
+                body_pos=body_pos, body_len=body_len, topic_pos=topic_pos, topic_len=topic_len,
+                props_pos=props_pos, props_len=props_len, computed=computed, reason=reason)
+    return reason == 0, cols
+
+
+_REASONS = {
+    1: "record too short for its fixed fields (TOTALSIZE {total})",
+    2: "BODYLENGTH {body_len} overruns the record (TOTALSIZE {total})",
+    3: "TOPICLENGTH field overruns the record (TOTALSIZE {total})",
+    4: "topic or PROPERTIESLENGTH overruns the record (TOTALSIZE {total})",
+    5: "TOTALSIZE {total} differs from the length computed from the field lengths ({computed})",
+}
+
+
+def body_crcs(buf, body_pos: np.ndarray, body_len: np.ndarray) -> np.ndarray:
+    """``CRC32(body) & 0x7FFFFFFF`` of each body (``UtilAll.crc32``); 0 for an empty body."""
+    mv = memoryview(buf)
+    out = np.zeros(len(body_pos), np.int64)
+    crc32 = zlib.crc32
+    for i, (p, n) in enumerate(zip(body_pos.tolist(), body_len.tolist())):
+        if n > 0:
+            out[i] = crc32(mv[p:p + n])
+    return out & 0x7FFFFFFF
+
+
+def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
+    addr_len = np.where(v6, 16, 4)
+    data, offs = _gather_ranges(u8, pos, addr_len)
+    port = _gather(u8, pos + addr_len, np.dtype(">i4")).astype(np.int32)
+    return _binary(data, offs), port
+
+
+def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
+                   ) -> tuple[pa.RecordBatch, ReadStop | None]:
+    """Pass 2 over records at segment offsets ``P``: checks and columns.
+
+    Returns the batch of valid records before the first invalid one, and a corrupt stop if one was found.
+    """
+    u8 = np.frombuffer(buf, np.uint8, seg.size)
+    ok, c = _check_fields(u8, P, seg.size)
+    stop = None
+    crc = np.zeros(len(P), np.int64)
+    if check_crc:
+        # Only records that passed so far need a CRC; the first bad one bounds the work.
+        first_bad = int(np.argmin(ok)) if not ok.all() else len(P)
+        crc[:first_bad] = body_crcs(buf, c["body_pos"][:first_bad], c["body_len"][:first_bad])
+        stored = c["pre"]["body_crc"].astype(np.int64)
+        crc_bad = (np.arange(len(P)) < first_bad) & (c["body_len"] > 0) & (crc != stored)
+        if crc_bad.any():
+            k = int(np.argmax(crc_bad))
+            stop = ReadStop(seg.path, seg.base_offset, int(P[k]), STOP_CORRUPT,
+                            f"body CRC mismatch (stored {int(stored[k])}, computed {int(crc[k])})")
+            ok = ok & (np.arange(len(P)) < k)
+    if not ok.all():
+        k = int(np.argmin(ok))
+        if stop is None:
+            code = int(c["reason"][k])
+            stop = ReadStop(seg.path, seg.base_offset, int(P[k]), STOP_CORRUPT, _REASONS[code].format(
+                total=int(c["total"][k]), body_len=int(c["body_len"][k]), computed=int(c["computed"][k])))
+        n = k
+    else:
+        n = len(P)
+    P = P[:n]
+    sel = slice(0, n)
+    pre = c["pre"][sel]
+    topic = decode_java_utf8(_binary(*_gather_ranges(u8, c["topic_pos"][sel], c["topic_len"][sel])))
+    props = decode_java_utf8(_binary(*_gather_ranges(u8, c["props_pos"][sel], c["props_len"][sel])))
+    born_host, born_port = _hosts(u8, c["born_pos"][sel], c["born_v6"][sel])
+    store_host, store_port = _hosts(u8, c["store_pos"][sel], c["store_v6"][sel])
+    store_ts = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8")).astype(np.int64)
+    after = c["after"][sel]
+    batch = pa.RecordBatch.from_arrays([
+        pa.array(pre["phy_offset"].astype(np.int64)),
+        pa.array(c["total"][sel].astype(np.int32)),
+        pa.array([seg.name] * n, pa.string()) if n else pa.array([], pa.string()),
+        pa.array(P.astype(np.int64)),
+        pa.array(np.where(c["v2"][sel], 2, 1).astype(np.int8)),
+        topic,
+        pa.array(pre["queue_id"].astype(np.int32)),
+        pa.array(pre["queue_offset"].astype(np.int64)),
+        pa.array(store_ts),
+        pa.array(pre["born_timestamp_ms"].astype(np.int64)),
+        pa.array(c["sys_flag"][sel]),
+        pa.array(pre["flag"].astype(np.int32)),
+        born_host, pa.array(born_port),
+        store_host, pa.array(store_port),
+        pa.array(after["reconsume_times"].astype(np.int32)),
+        pa.array(after["prepared_tx_offset"].astype(np.int64)),
+        pa.array(c["body_len"][sel].astype(np.int32)),
+        pa.array(pre["body_crc"].astype(np.int32)),
+        extract_property(props, L.PROPERTY_KEYS),
+        extract_property(props, L.PROPERTY_UNIQ_KEY),
+        extract_property(props, L.PROPERTY_TAGS),
+        props,
+    ], schema=MESSAGE_SCHEMA)
+    return batch, stop
+
+
+class RangeReader:
+    """Reads the records that start in one :class:`SegmentRange`, in batches.
+
+    Iterate it for RecordBatches; afterwards ``stop`` says where reading ended. ``buf`` holds the whole
+    segment (``bytes`` or ``mmap``); a record that starts in the range may end past it.
+    """
+
+    def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True, batch_records: int = 65536):
+        self.buf, self.range, self.check_crc, self.batch_records = buf, rng, check_crc, batch_records
+        self.stop: ReadStop | None = None
+        self.records = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        seg, start, end = self.range.segment, self.range.start, self.range.end
+        first = find_first_record(self.buf, seg, start, end)
+        if first is None:
+            self.stop = ReadStop(seg.path, seg.base_offset, end if end < seg.size else seg.size,
+                                 STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
+                                 "no record starts in this range")
+            return
+        offsets, stop = scan_record_offsets(self.buf, seg, first, end)
+        for lo in range(0, len(offsets), self.batch_records):
+            batch, corrupt = decode_records(self.buf, seg, offsets[lo:lo + self.batch_records],
+                                            check_crc=self.check_crc)
+            self.records += batch.num_rows
+            if batch.num_rows:
+                yield batch
+            if corrupt is not None:
+                self.stop = corrupt
+                return
+        self.stop = stop
+
+
+def open_segment(seg: Segment):
+    """The segment's bytes as a read-only mmap (an empty file gives empty bytes)."""
+    import mmap
+    with open(seg.path, "rb") as f:
+        if seg.size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def read_segment(seg: Segment, *, check_crc: bool = True, start: int = 0, end: int | None = None,
+                 batch_records: int = 65536) -> tuple[pa.Table, ReadStop]:
+    """Convenience: the records of a segment (or a range of it) as one table, and the stop."""
+    buf = open_segment(seg)
+    reader = RangeReader(buf, SegmentRange(seg, start, seg.size if end is None else end),
+                         check_crc=check_crc, batch_records=batch_records)
+    batches = list(reader)
+    return pa.Table.from_batches(batches, MESSAGE_SCHEMA), reader.stop
+
+
+def read_commitlog(segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536
+                   ) -> "CommitLogReader":
+    return CommitLogReader(segments, check_crc=check_crc, batch_records=batch_records)
+
+
+class CommitLogReader:
+    """Reads segments in order as the broker's recovery does; ``stop`` is where reading ended for good.
+
+    ``stops`` lists every segment's stop (blank records included), for the summary.
+    """
+
+    def __init__(self, segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536):
+        self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.stop: ReadStop | None = None
+        self.stops: list[ReadStop] = []
+        self.records = 0
+        self.bytes_read = 0
+        self.segments_read = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for seg in self.segments:
+            buf = open_segment(seg)
+            reader = RangeReader(buf, SegmentRange(seg, 0, seg.size), check_crc=self.check_crc,
+                                 batch_records=self.batch_records)
+            for batch in reader:
+                self.records += batch.num_rows
+                yield batch
+            self.segments_read += 1
+            self.stops.append(reader.stop)
+            self.bytes_read += reader.stop.segment_offset
+            self.stop = reader.stop
+            if reader.stop.final:
+                return
