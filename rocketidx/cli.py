@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--conf", default=None, help="JSON settings file (see conf/defaults.json)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
 
+    d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
+    d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
+    d.add_argument("--messages", type=_positive_int, default=300_000)
+
     q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
     q.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
     q.add_argument("--topic")
@@ -144,7 +148,37 @@ def cmd_query(a) -> int:
     return 0
 
 
-COMMANDS = {"gen": cmd_gen, "build": cmd_build, "query": cmd_query}
+def cmd_demo(a) -> int:
+    from pathlib import Path
+
+    from rocketidx.build import build_index
+    from rocketidx.config import BuildConfig
+    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.messages import read_segment
+    from rocketidx.query import open_index, query_offsets
+    from rocketidx.segments import list_segments
+    root = Path(a.dir)
+    store = root / "store"
+    if not (store / "generator.json").exists():
+        print(f"generating a sample store of {a.messages:,} messages in {store} ...", flush=True)
+        generate_store(store, GenConfig(messages=a.messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
+    out = root / "out"
+    print(f"building the index of {store}/commitlog into {out} ...", flush=True)
+    manifest, summary = build_index(store, out, BuildConfig(timezone="UTC"))
+    print_summary(summary)
+    print(f"files: {', '.join(f['name'] for f in manifest['files'])}")
+    first, _ = read_segment(list_segments(store)[0], end=4096)
+    files = open_index(out)
+    print("example queries (queryMsgByKey semantics, newest first):")
+    for row in first.slice(0, 3).to_pylist():
+        for key in [row["uniq_key"]] + (row["keys"] or "").split(" ")[:1]:
+            if key:
+                offsets = query_offsets(files, row["topic"], key)
+                print(f"  {row['topic']}#{key}: {offsets}")
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
 
 
 def main(argv: list[str] | None = None) -> int:

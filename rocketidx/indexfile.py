@@ -141,6 +141,8 @@ class WindowWriter:
         pad = (-len(slots)) % _SLOT_BLOCK
         blocks = np.concatenate([slots, np.zeros(pad, np.int32)]).reshape(-1, _SLOT_BLOCK)
         used = np.flatnonzero(blocks.any(axis=1))
+        if len(used) * 4 > len(blocks):  # mostly used: one write beats many and holes save little
+            used = np.arange(used[0], used[-1] + 1)
         if len(used):
             # Contiguous runs of used blocks become one write each.
             breaks = np.flatnonzero(np.diff(used) != 1)
@@ -253,8 +255,11 @@ class WindowWriter:
         self.suspended = None
 
     def close(self) -> list[FileInfo]:
-        if self.suspended is not None:
-            self.resume()
+        if self.suspended is not None:  # suspend() already wrote slots and header: only record the file
+            path, header, created = self.suspended
+            self.files.append(FileInfo(os.path.basename(path), self.window_id, self.window_id * self.window_ms,
+                                       len(self.files), header, *created))
+            self.suspended = None
         if self.current is not None:
             self._finish_file()
         return self.files

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from rocketidx.arrays import string_buffers
+
 _INT32_MIN = np.int32(-2**31)
 _POW31 = np.ones(1, np.uint32)
 
@@ -25,21 +27,6 @@ def _powers_of_31(n: int) -> np.ndarray:
         p[1:] = 31
         _POW31 = np.cumprod(p, dtype=np.uint32)  # uint32 products wrap: exactly Java's int arithmetic
     return _POW31[:n]
-
-
-def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(utf-8 bytes, int64 offsets rebased to 0) of a string array; nulls count as empty strings."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if arr.type == pa.large_string():
-        arr = arr.cast(pa.string())
-    if arr.null_count:
-        arr = arr.fill_null("")
-    offsets = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
-    data_buf = arr.buffers()[2]
-    data = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    data = data[offsets[0]:offsets[-1]]
-    return data, offsets - offsets[0]
 
 
 def utf16_units(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -78,7 +65,7 @@ def utf16_units(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.n
 
 def java_string_hash(arr: pa.Array) -> np.ndarray:
     """Java ``String.hashCode`` of every string (null -> 0, like the empty string), as int32."""
-    data, offsets = _string_buffers(arr)
+    data, offsets = string_buffers(arr)
     units, uoff = utf16_units(data, offsets)
     lengths = np.diff(uoff)
     if len(units) == 0:

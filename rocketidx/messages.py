@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketidx import layout as L
+from rocketidx.arrays import binary_array, gather_ranges, string_buffers
 from rocketidx.segments import Segment, SegmentRange
 
 MESSAGE_SCHEMA = pa.schema([
@@ -220,31 +221,8 @@ def _gather(u8: np.ndarray, pos: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return u8[idx].view(dtype).reshape(len(pos))
 
 
-def _gather_ranges(u8: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate the byte ranges ``[pos, pos+lengths)``: (data, int32 arrow offsets)."""
-    lengths = lengths.astype(np.int64)
-    offsets = np.zeros(len(pos) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total == 0:
-        return np.zeros(0, np.uint8), offsets.astype(np.int32)
-    # idx[k] for the k-th output byte: a running sum whose step is 1 inside a range and jumps to the
-    # next range's start at each boundary.
-    step = np.ones(total, np.int64)
-    nonempty = lengths > 0
-    starts = pos[nonempty]
-    first_out = offsets[:-1][nonempty]
-    prev_end = np.concatenate(([0], (starts + lengths[nonempty])[:-1]))
-    jumps = starts - prev_end + 1
-    jumps[0] = starts[0]
-    step[first_out] = jumps
-    idx = np.cumsum(step)
-    return u8[idx], offsets.astype(np.int32)
-
-
 def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.BinaryArray:
-    return pa.BinaryArray.from_buffers(pa.binary(), len(offsets) - 1,
-                                       [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return binary_array(data, offsets)
 
 
 def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
@@ -260,17 +238,48 @@ def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
                         pa.string())
 
 
-def _property_pattern(name: str) -> str:
-    # string2messageProperties: a piece is `name \x01 value`, the name runs to the piece's first \x01,
-    # the value must be non-empty, a later piece wins. The greedy `.*\x02` finds the last such piece;
-    # `[^\x02]+` keeps \x01 inside values and skips an empty value in favour of an earlier piece.
-    return "(?s)(?:.*\x02|^)" + name + "\x01(?P<v>[^\x02]+)"
+def extract_properties(props: pa.Array, names: list[str]) -> dict[str, pa.StringArray]:
+    """The value ``string2messageProperties`` gives for each name, or null, for every row.
 
-
-def extract_property(props: pa.StringArray, name: str) -> pa.StringArray:
-    """The value ``string2messageProperties`` gives for ``name``, or null, for every row."""
-    m = pc.extract_regex(props, _property_pattern(name))
-    return pc.if_else(m.is_valid(), pc.struct_field(m, 0), pa.scalar(None, pa.string()))
+    ``string2messageProperties`` splits on \\x02; a piece counts when its first \\x01 is past the piece's
+    start and leaves a non-empty value; the name runs to that \\x01; a later piece wins. Done on the
+    concatenated bytes with numpy (the separators are ASCII, so bytes and Java chars agree on them).
+    """
+    data, offs = string_buffers(props)
+    n = len(offs) - 1
+    end_all = int(offs[-1])
+    seps = np.flatnonzero(data == 2)
+    starts = np.unique(np.concatenate([offs[:-1], seps + 1]))
+    starts = starts[starts < end_all]
+    row = np.searchsorted(offs, starts, side="right") - 1
+    nxt = np.searchsorted(seps, starts)
+    piece_end = np.minimum(np.append(seps, end_all)[nxt], offs[row + 1])
+    ones = np.flatnonzero(data == 1)
+    kv = np.append(ones, end_all)[np.searchsorted(ones, starts)]
+    ok = (kv > starts) & (kv < piece_end - 1)
+    name_len = kv - starts
+    out = {}
+    for name in names:
+        want = np.frombuffer(name.encode(), np.uint8)
+        m = ok & (name_len == len(want))
+        cand = np.flatnonzero(m)
+        if len(cand):
+            got = data[np.minimum(starts[cand][:, None] + np.arange(len(want)), max(end_all - 1, 0))]
+            cand = cand[(got == want).all(axis=1)]
+        # The last matching piece of each row wins.
+        rows_c = row[cand]
+        last = np.ones(len(cand), bool)
+        last[:-1] = rows_c[1:] != rows_c[:-1]
+        cand, rows_c = cand[last], rows_c[last]
+        vstart = np.zeros(n, np.int64)
+        vlen = np.zeros(n, np.int64)
+        vstart[rows_c] = kv[cand] + 1
+        vlen[rows_c] = piece_end[cand] - kv[cand] - 1
+        valid = np.zeros(n, bool)
+        valid[rows_c] = True
+        d, o = gather_ranges(data, vstart, vlen)
+        out[name] = binary_array(d, o, valid, pa.string())
+    return out
 
 
 def parse_properties(props: pa.StringArray) -> pa.MapArray:
@@ -369,7 +378,7 @@ def body_crcs(buf, body_pos: np.ndarray, body_len: np.ndarray) -> np.ndarray:
 
 def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
     addr_len = np.where(v6, 16, 4)
-    data, offs = _gather_ranges(u8, pos, addr_len)
+    data, offs = gather_ranges(u8, pos, addr_len)
     port = _gather(u8, pos + addr_len, np.dtype(">i4")).astype(np.int32)
     return _binary(data, offs), port
 
@@ -387,9 +396,12 @@ def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     if check_crc:
         # Only records that passed so far need a CRC; the first bad one bounds the work.
         first_bad = int(np.argmin(ok)) if not ok.all() else len(P)
-        crc[:first_bad] = body_crcs(buf, c["body_pos"][:first_bad], c["body_len"][:first_bad])
+        # The broker checks the CRC before the topic and the length sum: a bad record whose body lies
+        # inside it is reported as a CRC mismatch when its body is what is broken (a torn record).
+        upto = first_bad + 1 if first_bad < len(P) and c["reason"][first_bad] >= 3 else first_bad
+        crc[:upto] = body_crcs(buf, c["body_pos"][:upto], c["body_len"][:upto])
         stored = c["pre"]["body_crc"].astype(np.int64)
-        crc_bad = (np.arange(len(P)) < first_bad) & (c["body_len"] > 0) & (crc != stored)
+        crc_bad = (np.arange(len(P)) < upto) & (c["body_len"] > 0) & (crc != stored)
         if crc_bad.any():
             k = int(np.argmax(crc_bad))
             stop = ReadStop(seg.path, seg.base_offset, int(P[k]), STOP_CORRUPT,
@@ -407,12 +419,13 @@ def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     P = P[:n]
     sel = slice(0, n)
     pre = c["pre"][sel]
-    topic = decode_java_utf8(_binary(*_gather_ranges(u8, c["topic_pos"][sel], c["topic_len"][sel])))
-    props = decode_java_utf8(_binary(*_gather_ranges(u8, c["props_pos"][sel], c["props_len"][sel])))
+    topic = decode_java_utf8(_binary(*gather_ranges(u8, c["topic_pos"][sel], c["topic_len"][sel])))
+    props = decode_java_utf8(_binary(*gather_ranges(u8, c["props_pos"][sel], c["props_len"][sel])))
     born_host, born_port = _hosts(u8, c["born_pos"][sel], c["born_v6"][sel])
     store_host, store_port = _hosts(u8, c["store_pos"][sel], c["store_v6"][sel])
     store_ts = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8")).astype(np.int64)
     after = c["after"][sel]
+    named = extract_properties(props, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS])
     batch = pa.RecordBatch.from_arrays([
         pa.array(pre["phy_offset"].astype(np.int64)),
         pa.array(c["total"][sel].astype(np.int32)),
@@ -432,9 +445,7 @@ def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
         pa.array(after["prepared_tx_offset"].astype(np.int64)),
         pa.array(c["body_len"][sel].astype(np.int32)),
         pa.array(pre["body_crc"].astype(np.int32)),
-        extract_property(props, L.PROPERTY_KEYS),
-        extract_property(props, L.PROPERTY_UNIQ_KEY),
-        extract_property(props, L.PROPERTY_TAGS),
+        named[L.PROPERTY_KEYS], named[L.PROPERTY_UNIQ_KEY], named[L.PROPERTY_TAGS],
         props,
     ], schema=MESSAGE_SCHEMA)
     return batch, stop

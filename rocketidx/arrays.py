@@ -1,0 +1,59 @@
+"""Small numpy <-> Arrow helpers shared by the reader, the key hash and property parsing.
+
+In: numpy byte buffers and (position, length) ranges, or Arrow string/binary arrays.
+Out: gathered byte ranges and zero-copy Arrow arrays over them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+
+def gather_ranges(u8: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate the byte ranges ``[pos, pos+lengths)`` of ``u8``: (data, int32 Arrow offsets)."""
+    lengths = np.asarray(lengths, np.int64)
+    pos = np.asarray(pos, np.int64)
+    offsets = np.zeros(len(pos) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        return np.zeros(0, np.uint8), offsets.astype(np.int32)
+    # The k-th output byte comes from idx[k], a running sum whose step is 1 inside a range and jumps
+    # to the next range's start at each boundary: two passes over the output, no Python loop.
+    step = np.ones(total, np.int64)
+    nonempty = lengths > 0
+    starts = pos[nonempty]
+    first_out = offsets[:-1][nonempty]
+    prev_end = np.concatenate(([0], (starts + lengths[nonempty])[:-1]))
+    jumps = starts - prev_end + 1
+    jumps[0] = starts[0]
+    step[first_out] = jumps
+    return u8[np.cumsum(step)], offsets.astype(np.int32)
+
+
+def binary_array(data: np.ndarray, offsets: np.ndarray, valid: np.ndarray | None = None,
+                 type_: pa.DataType = pa.binary()) -> pa.Array:
+    """A zero-copy Arrow binary/string array over ``data`` and int32 ``offsets`` (``valid``: not-null mask)."""
+    validity = None
+    null_count = 0
+    if valid is not None and not valid.all():
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        null_count = int(len(valid) - valid.sum())
+    return pa.Array.from_buffers(type_, len(offsets) - 1,
+                                 [validity, pa.py_buffer(np.ascontiguousarray(offsets, np.int32)),
+                                  pa.py_buffer(data)], null_count=null_count)
+
+
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, int64 offsets rebased to 0) of a string/binary array; nulls read as empty strings."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if arr.type in (pa.large_string(), pa.large_binary()):
+        arr = arr.cast(pa.string() if arr.type == pa.large_string() else pa.binary())
+    if arr.null_count:
+        arr = arr.fill_null("" if pa.types.is_string(arr.type) else b"")
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0]:offsets[-1]]
+    return data, offsets - offsets[0]
