@@ -20,7 +20,7 @@ import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
-from rocketidx.entries import extract_entries, indexable
+from rocketidx.entries import entries_from_records, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.messages import CommitLogReader, ReadStop
 from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
@@ -97,7 +97,8 @@ class WindowSet:
 
 
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
-                *, segments: list[Segment] | None = None, progress=None) -> tuple[dict, BuildSummary]:
+                *, segments: list[Segment] | None = None, progress=None,
+                native: bool | None = None) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog. Returns (manifest, summary)."""
     t0 = time.monotonic()
     segments = segments if segments is not None else list_segments(commitlog)
@@ -106,13 +107,14 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         staging = new_staging(out)
         windows = WindowSet(str(staging / "index"), config)
         try:
-            reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records)
-            for batch in reader:
-                summary.messages += batch.num_rows
-                summary.rollback_skipped += int((~indexable(batch)).sum())
-                entries = extract_entries(batch)
+            reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
+                                     native=native)
+            for seg, buf, recs in reader.record_chunks():
+                summary.messages += len(recs)
+                summary.rollback_skipped += rollback_count(recs)
+                entries = entries_from_records(buf, seg, recs, native=native)
                 phy = entries.column("phy_offset").to_numpy()
-                summary.messages_indexed += len(np.unique(phy)) if len(phy) else 0
+                summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
                 ts = entries.column("store_timestamp_ms").to_numpy()
                 windows.add(assign_windows(ts, config.window_ms), phy,
                             entries.column("key_hash").to_numpy(), ts)

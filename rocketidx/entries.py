@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketidx import layout as L
-from rocketidx.keys import key_hash
+from rocketidx.keys import hash_to_key_hash, key_hash
 
 ENTRY_SCHEMA = pa.schema([
     ("phy_offset", pa.int64()),
@@ -74,3 +74,46 @@ def extract_entries(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(phy, pa.int64()), pa.array(seq), pa.array(key_hash(keys)), pa.array(ts, pa.int64())],
         schema=ENTRY_SCHEMA)
+
+
+def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = None) -> pa.RecordBatch:
+    """The index entries of a records array (from :func:`rocketidx.messages.scan_records`).
+
+    With the compiled kernel the keys are split and hashed straight from the segment bytes, so no key
+    string is ever built; an entry whose bytes are not valid UTF-8 is re-hashed here from its Java
+    decoding. Without it, the message columns are built and :func:`extract_entries` runs: same rows.
+    """
+    from rocketidx import messages as M
+    use_native = M.native_available() if native is None else native
+    if not use_native:
+        return extract_entries(M.records_to_batch(buf, seg, recs))
+    n = len(recs)
+    keys_len = np.maximum(recs[:, M.REC_KEYS_LEN], 0)
+    cap = n + int(((keys_len + 1) // 2).sum())
+    row = np.empty(cap, np.int64)
+    seq = np.empty(cap, np.int32)
+    raw_hash = np.empty(cap, np.int32)
+    slow = np.empty(cap, np.uint8)
+    kpos = np.empty(cap, np.int64)
+    klen = np.empty(cap, np.int64)
+    recs = np.ascontiguousarray(recs)
+    m = M._native.entries(buf, recs, n, row, seq, raw_hash, slow, kpos, klen)
+    row, seq, raw_hash, slow = row[:m], seq[:m], raw_hash[:m], slow[:m]
+    if slow.any():
+        from rocketidx.keys import java_string_hash_py
+        mv = memoryview(buf)
+        for i in np.flatnonzero(slow).tolist():  # malformed UTF-8 only: rare, decoded as Java does
+            r = recs[row[i]]
+            topic = bytes(mv[r[M.REC_TOPIC_POS]:r[M.REC_TOPIC_POS] + r[M.REC_TOPIC_LEN]])
+            key = bytes(mv[kpos[i]:kpos[i] + klen[i]])
+            raw_hash[i] = java_string_hash_py(topic.decode("utf-8", "replace") + "#" + key.decode("utf-8", "replace"))
+    phy = recs[row, M.REC_PHY]
+    ts = recs[row, M.REC_STORE_TS]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(phy, pa.int64()), pa.array(seq), pa.array(hash_to_key_hash(raw_hash)), pa.array(ts, pa.int64())],
+        schema=ENTRY_SCHEMA)
+
+
+def rollback_count(recs: np.ndarray) -> int:
+    from rocketidx import messages as M
+    return int(((recs[:, M.REC_SYSFLAG] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK).sum())

@@ -150,7 +150,7 @@ class WindowWriter:
             run_ends = np.concatenate((used[breaks], [used[-1]])) + 1
             for b0, b1 in zip(run_starts.tolist(), run_ends.tolist()):
                 lo, hi = b0 * _SLOT_BLOCK, min(b1 * _SLOT_BLOCK, len(slots))
-                os.pwrite(f.fd, slots[lo:hi].astype(L.SLOT).tobytes(), L.slots_offset() + lo * L.SLOT.itemsize)
+                os.pwrite(f.fd, slots[lo:hi].astype(L.SLOT), L.slots_offset() + lo * L.SLOT.itemsize)
         os.pwrite(f.fd, f.header.to_bytes(), 0)
 
     # -- entries --------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ class WindowWriter:
         items["time_diff_s"] = time_diffs(ts, begin)
         items["prev_index"] = prev
         # Positional writes, not a mapping: dirty mapped pages would count against the task's memory.
-        os.pwrite(f.fd, items.tobytes(), self.items_at + first * L.INDEX_ITEM.itemsize)
+        os.pwrite(f.fd, items, self.items_at + first * L.INDEX_ITEM.itemsize)
 
         new_slots = int((slot_values == L.INVALID_INDEX).sum())
         f.header = Header(

@@ -238,19 +238,26 @@ def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
                         pa.string())
 
 
-def extract_properties(props: pa.Array, names: list[str]) -> dict[str, pa.StringArray]:
-    """The value ``string2messageProperties`` gives for each name, or null, for every row.
+def property_ranges(data: np.ndarray, offs: np.ndarray, names: list[str]
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Where ``string2messageProperties`` finds each name's value in every row: (found, start, length).
 
-    ``string2messageProperties`` splits on \\x02; a piece counts when its first \\x01 is past the piece's
-    start and leaves a non-empty value; the name runs to that \\x01; a later piece wins. Done on the
-    concatenated bytes with numpy (the separators are ASCII, so bytes and Java chars agree on them).
+    ``data``/``offs`` are the concatenated properties strings (int64 offsets). A piece counts when its
+    first \\x01 is past the piece's start and leaves a non-empty value; the name runs to that \\x01; a
+    later piece wins. The separators are ASCII, so raw UTF-8 bytes and Java chars agree on them, and a
+    malformed sequence never spans one: ranges found on raw bytes decode to the Java values.
     """
-    data, offs = string_buffers(props)
     n = len(offs) - 1
     end_all = int(offs[-1])
     seps = np.flatnonzero(data == 2)
-    starts = np.unique(np.concatenate([offs[:-1], seps + 1]))
-    starts = starts[starts < end_all]
+    # Pieces: each row's first piece starts at the row, the others right after a separator that is not
+    # the row's last byte. The two sets are disjoint and each sorted; merging keeps pieces in order.
+    row_starts = offs[:-1][np.diff(offs) > 0]
+    sep_row = np.searchsorted(offs, seps, side="right") - 1
+    after = seps + 1
+    after = after[after < offs[sep_row + 1]]
+    starts = np.concatenate([row_starts, after])
+    starts.sort(kind="stable")
     row = np.searchsorted(offs, starts, side="right") - 1
     nxt = np.searchsorted(seps, starts)
     piece_end = np.minimum(np.append(seps, end_all)[nxt], offs[row + 1])
@@ -261,24 +268,31 @@ def extract_properties(props: pa.Array, names: list[str]) -> dict[str, pa.String
     out = {}
     for name in names:
         want = np.frombuffer(name.encode(), np.uint8)
-        m = ok & (name_len == len(want))
-        cand = np.flatnonzero(m)
+        cand = np.flatnonzero(ok & (name_len == len(want)))
         if len(cand):
             got = data[np.minimum(starts[cand][:, None] + np.arange(len(want)), max(end_all - 1, 0))]
             cand = cand[(got == want).all(axis=1)]
-        # The last matching piece of each row wins.
         rows_c = row[cand]
-        last = np.ones(len(cand), bool)
+        last = np.ones(len(cand), bool)  # the last matching piece of each row wins
         last[:-1] = rows_c[1:] != rows_c[:-1]
         cand, rows_c = cand[last], rows_c[last]
+        found = np.zeros(n, bool)
         vstart = np.zeros(n, np.int64)
         vlen = np.zeros(n, np.int64)
+        found[rows_c] = True
         vstart[rows_c] = kv[cand] + 1
         vlen[rows_c] = piece_end[cand] - kv[cand] - 1
-        valid = np.zeros(n, bool)
-        valid[rows_c] = True
+        out[name] = (found, vstart, vlen)
+    return out
+
+
+def extract_properties(props: pa.Array, names: list[str]) -> dict[str, pa.StringArray]:
+    """The value ``string2messageProperties`` gives for each name, or null, for every row."""
+    data, offs = string_buffers(props)
+    out = {}
+    for name, (found, vstart, vlen) in property_ranges(data, offs, names).items():
         d, o = gather_ranges(data, vstart, vlen)
-        out[name] = binary_array(d, o, valid, pa.string())
+        out[name] = binary_array(d, o, found, pa.string())
     return out
 
 
@@ -376,29 +390,36 @@ def body_crcs(buf, body_pos: np.ndarray, body_len: np.ndarray) -> np.ndarray:
     return out & 0x7FFFFFFF
 
 
-def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
-    addr_len = np.where(v6, 16, 4)
-    data, offs = gather_ranges(u8, pos, addr_len)
-    port = _gather(u8, pos + addr_len, np.dtype(">i4")).astype(np.int32)
-    return _binary(data, offs), port
+# --- records: one int64 row of positions per valid record -----------------------------------------
+# The columns mirror REC_* in _native.c; both paths produce them and everything downstream reads them.
+REC_POS, REC_TOTAL, REC_V2, REC_SYSFLAG, REC_BODY_POS, REC_BODY_LEN, REC_TOPIC_POS, REC_TOPIC_LEN, \
+    REC_PROPS_POS, REC_PROPS_LEN, REC_KEYS_POS, REC_KEYS_LEN, REC_UNIQ_POS, REC_UNIQ_LEN, REC_TAGS_POS, \
+    REC_TAGS_LEN, REC_PHY, REC_STORE_TS = range(18)
+REC_COLS = 18
+
+try:  # the compiled kernel (setup.py); absent, the numpy path below gives the same records
+    from rocketidx import _native
+except ImportError:  # pragma: no cover - depends on the install
+    _native = None
 
 
-def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
-                   ) -> tuple[pa.RecordBatch, ReadStop | None]:
-    """Pass 2 over records at segment offsets ``P``: checks and columns.
+def native_available() -> bool:
+    return _native is not None
 
-    Returns the batch of valid records before the first invalid one, and a corrupt stop if one was found.
-    """
+
+def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
+                  ) -> tuple[np.ndarray, ReadStop | None]:
+    """Numpy pass 2 over records at segment offsets ``P``: the records array of the valid records
+    before the first invalid one, and a corrupt stop if one was found."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
     ok, c = _check_fields(u8, P, seg.size)
     stop = None
-    crc = np.zeros(len(P), np.int64)
     if check_crc:
-        # Only records that passed so far need a CRC; the first bad one bounds the work.
         first_bad = int(np.argmin(ok)) if not ok.all() else len(P)
         # The broker checks the CRC before the topic and the length sum: a bad record whose body lies
         # inside it is reported as a CRC mismatch when its body is what is broken (a torn record).
         upto = first_bad + 1 if first_bad < len(P) and c["reason"][first_bad] >= 3 else first_bad
+        crc = np.zeros(len(P), np.int64)
         crc[:upto] = body_crcs(buf, c["body_pos"][:upto], c["body_len"][:upto])
         stored = c["pre"]["body_crc"].astype(np.int64)
         crc_bad = (np.arange(len(P)) < upto) & (c["body_len"] > 0) & (crc != stored)
@@ -407,63 +428,198 @@ def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
             stop = ReadStop(seg.path, seg.base_offset, int(P[k]), STOP_CORRUPT,
                             f"body CRC mismatch (stored {int(stored[k])}, computed {int(crc[k])})")
             ok = ok & (np.arange(len(P)) < k)
+    n = len(P)
     if not ok.all():
-        k = int(np.argmin(ok))
+        n = int(np.argmin(ok))
         if stop is None:
-            code = int(c["reason"][k])
-            stop = ReadStop(seg.path, seg.base_offset, int(P[k]), STOP_CORRUPT, _REASONS[code].format(
-                total=int(c["total"][k]), body_len=int(c["body_len"][k]), computed=int(c["computed"][k])))
-        n = k
-    else:
-        n = len(P)
-    P = P[:n]
+            code = int(c["reason"][n])
+            stop = ReadStop(seg.path, seg.base_offset, int(P[n]), STOP_CORRUPT, _REASONS[code].format(
+                total=int(c["total"][n]), body_len=int(c["body_len"][n]), computed=int(c["computed"][n])))
+    recs = np.zeros((n, REC_COLS), np.int64)
     sel = slice(0, n)
-    pre = c["pre"][sel]
-    topic = decode_java_utf8(_binary(*gather_ranges(u8, c["topic_pos"][sel], c["topic_len"][sel])))
-    props = decode_java_utf8(_binary(*gather_ranges(u8, c["props_pos"][sel], c["props_len"][sel])))
-    born_host, born_port = _hosts(u8, c["born_pos"][sel], c["born_v6"][sel])
-    store_host, store_port = _hosts(u8, c["store_pos"][sel], c["store_v6"][sel])
-    store_ts = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8")).astype(np.int64)
-    after = c["after"][sel]
-    named = extract_properties(props, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS])
-    batch = pa.RecordBatch.from_arrays([
-        pa.array(pre["phy_offset"].astype(np.int64)),
-        pa.array(c["total"][sel].astype(np.int32)),
-        pa.array([seg.name] * n, pa.string()) if n else pa.array([], pa.string()),
+    recs[:, REC_POS] = P[sel]
+    recs[:, REC_TOTAL] = c["total"][sel]
+    recs[:, REC_V2] = c["v2"][sel]
+    recs[:, REC_SYSFLAG] = c["sys_flag"][sel]
+    recs[:, REC_BODY_POS] = c["body_pos"][sel]
+    recs[:, REC_BODY_LEN] = c["body_len"][sel]
+    recs[:, REC_TOPIC_POS] = c["topic_pos"][sel]
+    recs[:, REC_TOPIC_LEN] = c["topic_len"][sel]
+    recs[:, REC_PROPS_POS] = c["props_pos"][sel]
+    recs[:, REC_PROPS_LEN] = c["props_len"][sel]
+    recs[:, REC_PHY] = c["pre"]["phy_offset"][sel]
+    recs[:, REC_STORE_TS] = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8"))
+    props_len = recs[:, REC_PROPS_LEN]
+    data, offs = gather_ranges(u8, recs[:, REC_PROPS_POS], props_len)
+    offs = offs.astype(np.int64)
+    ranges = property_ranges(data, offs, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS])
+    for name, pos_col, len_col in ((L.PROPERTY_KEYS, REC_KEYS_POS, REC_KEYS_LEN),
+                                   (L.PROPERTY_UNIQ_KEY, REC_UNIQ_POS, REC_UNIQ_LEN),
+                                   (L.PROPERTY_TAGS, REC_TAGS_POS, REC_TAGS_LEN)):
+        found, vstart, vlen = ranges[name]
+        recs[:, pos_col] = np.where(found, recs[:, REC_PROPS_POS] + vstart - offs[:-1], 0)
+        recs[:, len_col] = np.where(found, vlen, -1)
+    return recs, stop
+
+
+_NATIVE_STOPS = {
+    2: STOP_END_OF_DATA, 3: STOP_BLANK, 4: STOP_CORRUPT, 5: STOP_CORRUPT, 6: STOP_CORRUPT, 7: STOP_CORRUPT,
+    8: STOP_CORRUPT, 9: STOP_CORRUPT, 10: STOP_CORRUPT, 11: STOP_CORRUPT, 12: STOP_CORRUPT,
+}
+
+
+def _native_stop(seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
+    """The kernel's stop code as the same ReadStop the numpy path reports."""
+    kind = _NATIVE_STOPS[code]
+    if code == 2:
+        reason = "end of data (zero TOTALSIZE, zero tail)" if a else "end of data (zero TOTALSIZE; non-zero bytes follow)"
+    elif code == 3:
+        reason = "blank record: rest of segment is padding"
+    elif code == 4:
+        reason = f"unknown magic code 0x{a & 0xFFFFFFFF:08X}"
+    elif code == 5:
+        reason = f"TOTALSIZE {a} does not fit ({seg.size - pos} bytes left in segment)"
+    elif code == 10:
+        reason = f"body CRC mismatch (stored {a}, computed {b})"
+    elif code == 11:
+        reason = _REASONS[5].format(total=a, computed=b)
+    elif code == 12:
+        reason = f"torn record header: only {a} bytes left"
+    else:
+        reason = _REASONS[code - 5].format(total=a, body_len=b, computed=b)
+    return ReadStop(seg.path, seg.base_offset, pos, kind, reason)
+
+
+def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = True,
+                 batch_records: int = 65536, native: bool | None = None) -> Iterator[np.ndarray]:
+    """Records starting in ``[start, end)`` (``start`` must be a record start), in chunks of at most
+    ``batch_records`` rows of the records array. The generator's return value is the :class:`ReadStop`."""
+    use_native = _native is not None if native is None else native
+    if use_native and _native is None:
+        raise RuntimeError("rocketidx._native is not built")
+    if use_native:
+        out = np.empty((batch_records, REC_COLS), np.int64)
+        p = start
+        while True:
+            n, p, code, a, b = _native.scan(buf, seg.size, seg.base_offset, p, end, check_crc, out)
+            if n:
+                yield out[:n].copy()
+            if code == 13:  # capacity: the next chunk starts at p
+                continue
+            if code == 0:
+                return ReadStop(seg.path, seg.base_offset, p, STOP_RANGE_END, "range ends")
+            if code == 1:
+                return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END,
+                                "segment ends after its last record")
+            return _native_stop(seg, p, code, a, b)
+    offsets, stop = scan_record_offsets(buf, seg, start, end)
+    for lo in range(0, len(offsets), batch_records):
+        recs, corrupt = check_records(buf, seg, offsets[lo:lo + batch_records], check_crc=check_crc)
+        if len(recs):
+            yield recs
+        if corrupt is not None:
+            return corrupt
+    return stop
+
+
+def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
+    addr_len = np.where(v6, 16, 4)
+    data, offs = gather_ranges(u8, pos, addr_len)
+    port = _gather(u8, pos + addr_len, np.dtype(">i4")).astype(np.int32)
+    return _binary(data, offs), port
+
+
+def _strings(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> pa.StringArray:
+    lengths = recs[:, len_col]
+    found = lengths >= 0
+    d, o = gather_ranges(u8, recs[:, pos_col], np.maximum(lengths, 0))
+    return decode_java_utf8(binary_array(d, o, found))
+
+
+def records_to_batch(buf, seg: Segment, recs: np.ndarray) -> pa.RecordBatch:
+    """Message columns of the records (:data:`MESSAGE_SCHEMA`)."""
+    u8 = np.frombuffer(buf, np.uint8, seg.size)
+    P = recs[:, REC_POS]
+    n = len(P)
+    pre = _gather(u8, P, L.RECORD_PREFIX)
+    sys_flag = recs[:, REC_SYSFLAG]
+    born_v6 = (sys_flag & L.SYSFLAG_BORNHOST_V6) != 0
+    store_v6 = (sys_flag & L.SYSFLAG_STOREHOST_V6) != 0
+    born_pos = P + L.RECORD_PREFIX.itemsize
+    store_ts_pos = born_pos + np.where(born_v6, L.IPV6_HOST_BYTES, L.IPV4_HOST_BYTES)
+    store_pos = store_ts_pos + L.STORE_TIMESTAMP_BYTES
+    after_pos = store_pos + np.where(store_v6, L.IPV6_HOST_BYTES, L.IPV4_HOST_BYTES)
+    after = _gather(u8, after_pos, L.RECORD_AFTER_HOSTS)
+    born_host, born_port = _hosts(u8, born_pos, born_v6)
+    store_host, store_port = _hosts(u8, store_pos, store_v6)
+    store_ts = recs[:, REC_STORE_TS]
+    segment = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([seg.name])).cast(pa.string())
+    return pa.RecordBatch.from_arrays([
+        pa.array(recs[:, REC_PHY]),
+        pa.array(recs[:, REC_TOTAL].astype(np.int32)),
+        segment,
         pa.array(P.astype(np.int64)),
-        pa.array(np.where(c["v2"][sel], 2, 1).astype(np.int8)),
-        topic,
+        pa.array(np.where(recs[:, REC_V2] != 0, 2, 1).astype(np.int8)),
+        _strings(u8, recs, REC_TOPIC_POS, REC_TOPIC_LEN),
         pa.array(pre["queue_id"].astype(np.int32)),
         pa.array(pre["queue_offset"].astype(np.int64)),
         pa.array(store_ts),
         pa.array(pre["born_timestamp_ms"].astype(np.int64)),
-        pa.array(c["sys_flag"][sel]),
+        pa.array(sys_flag.astype(np.int32)),
         pa.array(pre["flag"].astype(np.int32)),
         born_host, pa.array(born_port),
         store_host, pa.array(store_port),
         pa.array(after["reconsume_times"].astype(np.int32)),
         pa.array(after["prepared_tx_offset"].astype(np.int64)),
-        pa.array(c["body_len"][sel].astype(np.int32)),
+        pa.array(recs[:, REC_BODY_LEN].astype(np.int32)),
         pa.array(pre["body_crc"].astype(np.int32)),
-        named[L.PROPERTY_KEYS], named[L.PROPERTY_UNIQ_KEY], named[L.PROPERTY_TAGS],
-        props,
+        _strings(u8, recs, REC_KEYS_POS, REC_KEYS_LEN),
+        _strings(u8, recs, REC_UNIQ_POS, REC_UNIQ_LEN),
+        _strings(u8, recs, REC_TAGS_POS, REC_TAGS_LEN),
+        _strings(u8, recs, REC_PROPS_POS, REC_PROPS_LEN),
     ], schema=MESSAGE_SCHEMA)
-    return batch, stop
+
+
+def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
+                   ) -> tuple[pa.RecordBatch, ReadStop | None]:
+    """Numpy pass 2 over records at segment offsets ``P``: the batch of valid records before the first
+    invalid one, and a corrupt stop if one was found."""
+    recs, stop = check_records(buf, seg, P, check_crc=check_crc)
+    return records_to_batch(buf, seg, recs), stop
+
+
+def _release(buf, lo: int, hi: int) -> None:
+    """Drop a processed region of a mapped segment from this process's resident memory.
+
+    The pages stay in the page cache; without this, reading a 1 GiB segment through one mapping
+    would leave the whole segment counted in the task's RSS.
+    """
+    import mmap
+    if isinstance(buf, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED"):
+        page = mmap.PAGESIZE
+        lo = (lo // page) * page
+        hi = (hi // page) * page
+        if hi > lo:
+            buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
 
 class RangeReader:
     """Reads the records that start in one :class:`SegmentRange`, in batches.
 
-    Iterate it for RecordBatches; afterwards ``stop`` says where reading ended. ``buf`` holds the whole
-    segment (``bytes`` or ``mmap``); a record that starts in the range may end past it.
+    Iterate it for message RecordBatches, or call :meth:`record_chunks` for the records arrays (what
+    :func:`rocketidx.entries.entries_from_records` takes). Afterwards ``stop`` says where reading ended.
+    ``buf`` holds the whole segment (``bytes`` or ``mmap``); a record that starts in the range may end
+    past it. ``native=None`` uses the compiled kernel when it is built.
     """
 
-    def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True, batch_records: int = 65536):
+    def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True, batch_records: int = 65536,
+                 native: bool | None = None):
         self.buf, self.range, self.check_crc, self.batch_records = buf, rng, check_crc, batch_records
+        self.native = native
         self.stop: ReadStop | None = None
         self.records = 0
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
+    def record_chunks(self) -> Iterator[np.ndarray]:
         seg, start, end = self.range.segment, self.range.start, self.range.end
         first = find_first_record(self.buf, seg, start, end)
         if first is None:
@@ -471,17 +627,24 @@ class RangeReader:
                                  STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
                                  "no record starts in this range")
             return
-        offsets, stop = scan_record_offsets(self.buf, seg, first, end)
-        for lo in range(0, len(offsets), self.batch_records):
-            batch, corrupt = decode_records(self.buf, seg, offsets[lo:lo + self.batch_records],
-                                            check_crc=self.check_crc)
-            self.records += batch.num_rows
-            if batch.num_rows:
-                yield batch
-            if corrupt is not None:
-                self.stop = corrupt
+        gen = scan_records(self.buf, seg, first, end, check_crc=self.check_crc,
+                           batch_records=self.batch_records, native=self.native)
+        released = first
+        while True:
+            try:
+                recs = next(gen)
+            except StopIteration as done:
+                self.stop = done.value
                 return
-        self.stop = stop
+            self.records += len(recs)
+            yield recs
+            last_end = int(recs[-1, REC_POS] + recs[-1, REC_TOTAL])
+            _release(self.buf, released, last_end)
+            released = last_end
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for recs in self.record_chunks():
+            yield records_to_batch(self.buf, self.range.segment, recs)
 
 
 def open_segment(seg: Segment):
@@ -494,11 +657,11 @@ def open_segment(seg: Segment):
 
 
 def read_segment(seg: Segment, *, check_crc: bool = True, start: int = 0, end: int | None = None,
-                 batch_records: int = 65536) -> tuple[pa.Table, ReadStop]:
+                 batch_records: int = 65536, native: bool | None = None) -> tuple[pa.Table, ReadStop]:
     """Convenience: the records of a segment (or a range of it) as one table, and the stop."""
     buf = open_segment(seg)
     reader = RangeReader(buf, SegmentRange(seg, start, seg.size if end is None else end),
-                         check_crc=check_crc, batch_records=batch_records)
+                         check_crc=check_crc, batch_records=batch_records, native=native)
     batches = list(reader)
     return pa.Table.from_batches(batches, MESSAGE_SCHEMA), reader.stop
 
@@ -511,28 +674,35 @@ def read_commitlog(segments: list[Segment], *, check_crc: bool = True, batch_rec
 class CommitLogReader:
     """Reads segments in order as the broker's recovery does; ``stop`` is where reading ended for good.
 
+    Iterate it for message batches, or use :meth:`record_chunks` for (segment, buffer, records array).
     ``stops`` lists every segment's stop (blank records included), for the summary.
     """
 
-    def __init__(self, segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536):
+    def __init__(self, segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536,
+                 native: bool | None = None):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.native = native
         self.stop: ReadStop | None = None
         self.stops: list[ReadStop] = []
         self.records = 0
         self.bytes_read = 0
         self.segments_read = 0
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
+    def record_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray]]:
         for seg in self.segments:
             buf = open_segment(seg)
             reader = RangeReader(buf, SegmentRange(seg, 0, seg.size), check_crc=self.check_crc,
-                                 batch_records=self.batch_records)
-            for batch in reader:
-                self.records += batch.num_rows
-                yield batch
+                                 batch_records=self.batch_records, native=self.native)
+            for recs in reader.record_chunks():
+                self.records += len(recs)
+                yield seg, buf, recs
             self.segments_read += 1
             self.stops.append(reader.stop)
             self.bytes_read += reader.stop.segment_offset
             self.stop = reader.stop
             if reader.stop.final:
                 return
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for seg, buf, recs in self.record_chunks():
+            yield records_to_batch(buf, seg, recs)
