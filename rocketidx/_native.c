@@ -99,7 +99,9 @@ static PyObject *native_scan(PyObject *self, PyObject *args) {
         }
         int32_t total = (int32_t)be32(b + p);
         uint32_t magic = be32(b + p + 4);
-        if (total == 0) { code = STOP_END_OF_DATA; a = all_zero(b + p, left); break; }
+        /* a = -1: whether the tail is all zero is left to the caller, which can skip holes and
+           release pages as it goes (reading a 1 GiB zero tail here would map all of it). */
+        if (total == 0) { code = STOP_END_OF_DATA; a = -1; break; }
         if (magic == MAGIC_BLANK) { code = STOP_BLANK; break; }
         if (magic != MAGIC_V1 && magic != MAGIC_V2) { code = STOP_BAD_MAGIC; a = magic; break; }
         if (total < MIN_RECORD || total > left) { code = STOP_BAD_SIZE; a = total; break; }

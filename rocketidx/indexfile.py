@@ -70,11 +70,12 @@ class FileInfo:
         return d
 
 
-def time_diffs(store_ts: np.ndarray, begin_ts: np.ndarray) -> np.ndarray:
+def time_diffs(store_ts: np.ndarray, begin_ts: int) -> np.ndarray:
     """``putKey``'s time diff: seconds since the header's begin, 0 without a begin, clamped to int32."""
+    if begin_ts <= 0:
+        return np.zeros(len(store_ts), np.int64)
     diff = np.floor_divide(store_ts - begin_ts, 1000)  # negative diffs end up 0 either way
-    diff = np.clip(diff, 0, L.MAX_TIME_DIFF_S)
-    return np.where(begin_ts <= 0, 0, diff).astype(np.int64)
+    return np.clip(diff, 0, L.MAX_TIME_DIFF_S, out=diff)
 
 
 @dataclass
@@ -193,33 +194,38 @@ class WindowWriter:
         h = f.header
         n = len(phy)
         first = h.index_count
-        idx = first + np.arange(n, dtype=np.int64)
-        begin = np.full(n, h.begin_timestamp, np.int64)
-        if first <= L.FIRST_INDEX:  # the first entry's diff uses the old begin; later ones its time
-            begin[1:] = ts[0]
         slot = kh % self.hash_slot_num
         # Chains: within the batch each item links to the previous item of its slot; the first item of
-        # a slot links to what the slot table held (0 = empty).
-        order = np.argsort(slot, kind="stable")
-        s_sorted = slot[order]
-        new_group = np.ones(n, bool)
-        new_group[1:] = s_sorted[1:] != s_sorted[:-1]
+        # a slot links to what the slot table held (0 = empty). One sort of (slot, position) keys gives
+        # the groups in order (a value sort of int64 is ~5x faster than a stable argsort here).
+        key = np.sort((slot << 32) | np.arange(n, dtype=np.int64))
+        s_sorted = key >> 32
+        order = key & 0xFFFFFFFF
+        new_group = np.empty(n, bool)
+        new_group[0] = True
+        np.not_equal(s_sorted[1:], s_sorted[:-1], out=new_group[1:])
         prev_sorted = np.empty(n, np.int64)
-        prev_sorted[1:] = idx[order][:-1]
+        prev_sorted[1:] = order[:-1] + first
         heads = s_sorted[new_group]
         slot_values = f.slots[heads].astype(np.int64)
         slot_values[(slot_values <= L.INVALID_INDEX) | (slot_values > first)] = L.INVALID_INDEX
         prev_sorted[new_group] = slot_values
         prev = np.empty(n, np.int64)
         prev[order] = prev_sorted
-        last_of_group = np.ones(n, bool)
-        last_of_group[:-1] = s_sorted[1:] != s_sorted[:-1]
-        f.slots[s_sorted[last_of_group]] = idx[order][last_of_group]
+        last_of_group = np.empty(n, bool)
+        last_of_group[-1] = True
+        last_of_group[:-1] = new_group[1:]
+        f.slots[s_sorted[last_of_group]] = order[last_of_group] + first
 
         items = np.empty(n, L.INDEX_ITEM)
         items["key_hash"] = kh
         items["phy_offset"] = phy
-        items["time_diff_s"] = time_diffs(ts, begin)
+        if first <= L.FIRST_INDEX:  # the first entry's diff uses the old begin; later ones its time
+            diffs = time_diffs(ts, int(ts[0]))
+            diffs[0] = time_diffs(ts[:1], h.begin_timestamp)[0]
+        else:
+            diffs = time_diffs(ts, h.begin_timestamp)
+        items["time_diff_s"] = diffs
         items["prev_index"] = prev
         # Positional writes, not a mapping: dirty mapped pages would count against the task's memory.
         os.pwrite(f.fd, items, self.items_at + first * L.INDEX_ITEM.itemsize)

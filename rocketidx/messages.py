@@ -19,6 +19,7 @@ Stays true:
 """
 from __future__ import annotations
 
+import os
 import struct
 import zlib
 from array import array
@@ -99,12 +100,35 @@ _PHY_AT = L.RECORD_PREFIX.fields["phy_offset"][1]
 _MAGICS = (L.MAGIC_V1, L.MAGIC_V2)
 
 
-def _zero_from(buf, pos: int, size: int) -> bool:
-    return not np.frombuffer(buf, np.uint8, size - pos, pos).any()
+def _zero_from(buf, pos: int, size: int, path: str | None = None) -> bool:
+    """True when bytes ``[pos, size)`` are all zero.
+
+    Holes of a sparse segment are skipped with ``SEEK_DATA``; data is checked in chunks whose pages are
+    released right after, so checking a 1 GiB preallocated tail does not grow the process's memory.
+    """
+    if path is not None:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            fd = -1
+        if fd >= 0:
+            try:
+                pos = max(pos, os.lseek(fd, pos, os.SEEK_DATA))
+            except OSError:  # ENXIO: nothing but holes after pos
+                return True
+            finally:
+                os.close(fd)
+    chunk = 8 << 20
+    for lo in range(pos, size, chunk):
+        hi = min(size, lo + chunk)
+        if np.frombuffer(buf, np.uint8, hi - lo, lo).any():
+            return False
+        _release(buf, lo, hi)
+    return True
 
 
 def _end_of_data_stop(seg: Segment, buf, pos: int) -> ReadStop:
-    if _zero_from(buf, pos, seg.size):
+    if _zero_from(buf, pos, seg.size, seg.path):
         return ReadStop(seg.path, seg.base_offset, pos, STOP_END_OF_DATA, "end of data (zero TOTALSIZE, zero tail)")
     return ReadStop(seg.path, seg.base_offset, pos, STOP_END_OF_DATA,
                     "end of data (zero TOTALSIZE; non-zero bytes follow)")
@@ -135,11 +159,13 @@ def _head_stop(buf, seg: Segment, p: int) -> ReadStop | None:
     return None
 
 
-def scan_record_offsets(buf, seg: Segment, start: int, end: int) -> tuple[np.ndarray, ReadStop]:
+def scan_record_offsets(buf, seg: Segment, start: int, end: int, max_records: int | None = None
+                        ) -> tuple[np.ndarray, ReadStop | None]:
     """Pass 1: follow TOTALSIZE from ``start`` (a record start) while records start before ``end``.
 
     Returns the segment-relative offsets of plausible records (magic and size checked only) and the
-    stop. Fields are checked in pass 2, which may cut the list shorter.
+    stop; the stop is None when ``max_records`` offsets were found first (go on after the last one).
+    Fields are checked in pass 2, which may cut the list shorter.
     """
     offsets = array("q")
     append = offsets.append
@@ -147,17 +173,19 @@ def scan_record_offsets(buf, seg: Segment, start: int, end: int) -> tuple[np.nda
     size = seg.size
     p = start
     stop = None
-    while p < end:
+    left = max_records if max_records is not None else -1
+    while p < end and left != 0:
         if size - p >= 8:
             total, magic = unpack(buf, p)
             # The common case inline; anything unusual goes through _head_stop for its reason.
             if total >= L.MIN_RECORD_SIZE and (magic == L.MAGIC_V1 or magic == L.MAGIC_V2) and total <= size - p:
                 append(p)
                 p += total
+                left -= 1
                 continue
         stop = _head_stop(buf, seg, p)
         break
-    if stop is None:
+    if stop is None and left != 0:
         if p >= size:
             stop = ReadStop(seg.path, seg.base_offset, size, STOP_SEGMENT_END, "segment ends after its last record")
         else:
@@ -468,9 +496,11 @@ _NATIVE_STOPS = {
 }
 
 
-def _native_stop(seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
+def _native_stop(buf, seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
     """The kernel's stop code as the same ReadStop the numpy path reports."""
     kind = _NATIVE_STOPS[code]
+    if code == 2 and a < 0:
+        return _end_of_data_stop(seg, buf, pos)
     if code == 2:
         reason = "end of data (zero TOTALSIZE, zero tail)" if a else "end of data (zero TOTALSIZE; non-zero bytes follow)"
     elif code == 3:
@@ -511,15 +541,19 @@ def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = T
             if code == 1:
                 return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END,
                                 "segment ends after its last record")
-            return _native_stop(seg, p, code, a, b)
-    offsets, stop = scan_record_offsets(buf, seg, start, end)
-    for lo in range(0, len(offsets), batch_records):
-        recs, corrupt = check_records(buf, seg, offsets[lo:lo + batch_records], check_crc=check_crc)
-        if len(recs):
-            yield recs
-        if corrupt is not None:
-            return corrupt
-    return stop
+            return _native_stop(buf, seg, p, code, a, b)
+    p = start
+    while True:
+        offsets, stop = scan_record_offsets(buf, seg, p, end, batch_records)
+        if len(offsets):
+            recs, corrupt = check_records(buf, seg, offsets, check_crc=check_crc)
+            if len(recs):
+                yield recs
+            if corrupt is not None:
+                return corrupt
+            p = int(offsets[-1]) + int(_HEAD.unpack_from(buf, int(offsets[-1]))[0])
+        if stop is not None:
+            return stop
 
 
 def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:

@@ -19,6 +19,15 @@ from rocketidx.segments import list_segments
 TRAN_TYPES = {0: "not", 4: "prepared", 8: "commit", 12: "rollback"}
 
 
+@pytest.fixture(params=[pytest.param(True, id="native"), pytest.param(False, id="numpy")])
+def native(request):
+    """Both read paths: the compiled kernel and the numpy reference must agree with RocketMQ."""
+    from rocketidx.messages import native_available
+    if request.param and not native_available():
+        pytest.skip("rocketidx._native is not built")
+    return request.param
+
+
 def host(addr: bytes, port: int) -> tuple:
     return ipaddress.ip_address(addr), port
 
@@ -28,8 +37,8 @@ def parse_host(text: str) -> tuple:
     return ipaddress.ip_address(a.strip("[]")), int(p)
 
 
-def read_all(case: Path):
-    reader = CommitLogReader(list_segments(case / "commitlog"))
+def read_all(case: Path, native: bool):
+    reader = CommitLogReader(list_segments(case / "commitlog"), native=native)
     import pyarrow as pa
     table = pa.Table.from_batches(list(reader))
     return table, reader
@@ -42,8 +51,8 @@ def config_for(case: Path) -> BuildConfig:
 
 
 @pytest.mark.parametrize("case", golden_params())
-def test_messages_equal_reference_field_by_field(case):
-    table, reader = read_all(case)
+def test_messages_equal_reference_field_by_field(case, native):
+    table, reader = read_all(case, native)
     expected = [json.loads(l) for l in (case / "messages.jsonl").read_text().splitlines() if l.strip()]
     rows = table.to_pylist()
     assert len(rows) == len(expected)
@@ -80,8 +89,8 @@ def test_messages_equal_reference_field_by_field(case):
 
 
 @pytest.mark.parametrize("case", golden_params())
-def test_reading_stops_where_the_reference_stops(case):
-    _, reader = read_all(case)
+def test_reading_stops_where_the_reference_stops(case, native):
+    _, reader = read_all(case, native)
     stop = expected_manifest(case)["parse"]["stop"]
     assert reader.stop.path.endswith(stop["segment"])
     assert reader.stop.segment_offset == stop["segmentOffset"]
@@ -91,8 +100,8 @@ def test_reading_stops_where_the_reference_stops(case):
 
 
 @pytest.mark.parametrize("case", golden_params())
-def test_index_files_byte_identical_and_queries_answered_alike(case, tmp_path):
-    manifest, summary = build_index(case / "commitlog", tmp_path / "out", config_for(case))
+def test_index_files_byte_identical_and_queries_answered_alike(case, native, tmp_path):
+    manifest, summary = build_index(case / "commitlog", tmp_path / "out", config_for(case), native=native)
     exp = expected_files(case)
     got = [tmp_path / "out" / "index" / f["name"] for f in manifest["files"]]
     assert len(got) == len(exp)
@@ -115,12 +124,13 @@ def test_index_files_byte_identical_and_queries_answered_alike(case, tmp_path):
         assert query_offsets(files, q["topic"], q["key"], q["begin"], q["end"], q["maxNum"]) == q["offsets"], q
 
 
-def test_external_rocketmq_rust_store_rebuilds_byte_identical(tmp_path):
+def test_external_rocketmq_rust_store_rebuilds_byte_identical(native, tmp_path):
     store = EXTERNAL / "rocketmq-rust-v0.9.0" / "store"
     if not store.exists():
         pytest.skip("../shared/external not present")
     manifest, summary = build_index(store, tmp_path / "out",
-                                    BuildConfig(hash_slot_num=32, index_num=128, window_ms=0, timezone="UTC"))
+                                    BuildConfig(hash_slot_num=32, index_num=128, window_ms=0, timezone="UTC"),
+                                    native=native)
     expected = sorted((store / "index").iterdir())
     assert len(manifest["files"]) == len(expected) == 1
     got = tmp_path / "out" / "index" / manifest["files"][0]["name"]

@@ -1,0 +1,763 @@
+"""The ``rocketmq-commitlog`` Spark data source: CommitLog segments -> split-wise Arrow batches.
+
+In: a broker store (holding ``commitlog/``) or a CommitLog directory, local or any URI pyarrow.fs opens,
+and string options (see :class:`SourceOptions`). Out, by ``output``:
+
+* ``messages`` (default): one row per valid record, :data:`rocketidx.messages.MESSAGE_SCHEMA`;
+* ``entries``: the index entries as fixed-width columns ``(window, phy_offset, entry_seq, key_hash,
+  store_timestamp_ms)`` plus one *info row* per split (``window`` null, ``info`` = :class:`RangeInfo`
+  JSON) repeated ``stop_replicas`` times, ``entry_seq`` numbering the copies; key strings never leave
+  the task;
+* ``stops``: one row per split saying where its reading ended and why.
+
+Stays true:
+* each segment is cut into byte ranges of ``split_bytes``; a task maps its segment and reads only the
+  records that START in its range (the core :class:`RangeReader`, resynchronising on PHYSICALOFFSET),
+  so no segment is ever one row or one task's memory;
+* a split cannot know that an earlier split stopped for good, so what it reads is what it saw: its
+  own stop ends it, and :func:`resolve_stops` turns every split's :class:`RangeInfo` into the broker's
+  recovery view (the first final stop in CommitLog order, blank tails, counters) and checks that each
+  split's first record is where the previous split's chain of TOTALSIZEs leads. A split whose chain
+  runs into the next split's bytes peeks at that record, so an invalid record or a zero tail that
+  starts exactly there is reported by the split that leads to it;
+* the planner (``partitions()``) and ``read()`` keep no state: options are parsed once, into a frozen
+  :class:`SourceOptions`; partitions are frozen :class:`RangePartition` values.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Iterable, Iterator, Mapping
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "rocketmq-commitlog"
+OUTPUTS = ("messages", "entries", "stops")
+DEFAULT_SPLIT_BYTES = 128 * 1024**2  # an HDFS block: ~8 tasks per 1 GiB segment
+# A remote split fetches this much past its end: a record that starts in the split ends within it,
+# since the broker caps a message at maxMessageSize = 4 MiB (a longer one triggers a full refetch).
+REMOTE_MARGIN_BYTES = 8 * 1024**2
+
+ENTRY_ROWS = pa.schema([
+    ("window", pa.int64()),  # null on info rows
+    ("phy_offset", pa.int64()),
+    ("entry_seq", pa.int32()),  # on info rows: the copy's number (which writer partition it is for)
+    ("key_hash", pa.int32()),
+    ("store_timestamp_ms", pa.int64()),
+    ("info", pa.binary()),  # RangeInfo JSON on info rows, null on entries
+])
+
+STOP_ROWS = pa.schema([
+    ("range_index", pa.int32()),
+    ("segment", pa.string()),
+    ("base_offset", pa.int64()),
+    ("range_start", pa.int64()),
+    ("range_end", pa.int64()),
+    ("first_record", pa.int64()),  # segment offset of the first record found, null when none starts here
+    ("records", pa.int64()),
+    ("segment_offset", pa.int64()),  # where this split's reading ended
+    ("phy_offset", pa.int64()),
+    ("kind", pa.string()),
+    ("reason", pa.string()),
+])
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+
+
+# --- options ------------------------------------------------------------------------------------
+
+def parse_size(text: str | int, option: str) -> int:
+    """``134217728``, ``128m``, ``64KiB``, ``1g``: a positive number of bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        m = _SIZE.match(str(text))
+        if not m:
+            raise ConfigError(option, text, "expected a byte size like 134217728, 128m or 1g")
+        value = int(m.group(1)) * 1024 ** " kmgt".index((m.group(2) or " ").lower())
+    if value <= 0:
+        raise ConfigError(option, text, "must be positive")
+    return value
+
+
+def parse_time_ms(text: str | int, option: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 date-time (a time without a zone is taken as UTC)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    s = str(text).strip()
+    if re.fullmatch(r"-?\d+", s):
+        return int(s)
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(option, text, "expected epoch milliseconds or an ISO-8601 date-time") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def _int(options: Mapping[str, str], name: str, *, minimum: int | None = None) -> int | None:
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return None
+    try:
+        value = int(str(raw).strip().replace("_", ""))
+    except ValueError:
+        raise ConfigError(name, raw, "expected an integer") from None
+    if minimum is not None and value < minimum:
+        raise ConfigError(name, raw, f"must be >= {minimum}")
+    return value
+
+
+def _int_list(options: Mapping[str, str], name: str) -> tuple[int, ...]:
+    raw = str(options.get(name) or "").strip()
+    if not raw:
+        return ()
+    try:
+        return tuple(sorted(int(x) for x in raw.split(",") if x.strip()))
+    except ValueError:
+        raise ConfigError(name, raw, "expected comma-separated integers") from None
+
+
+def _intervals(options: Mapping[str, str], name: str) -> tuple[tuple[int, int], ...]:
+    raw = str(options.get(name) or "").strip()
+    if not raw:
+        return ()
+    out = []
+    for piece in raw.split(","):
+        lo, sep, hi = piece.strip().partition("-")
+        try:
+            if not sep or int(lo) > int(hi):
+                raise ValueError
+            out.append((int(lo), int(hi)))
+        except ValueError:
+            raise ConfigError(name, raw, "expected comma-separated START-END absolute offsets") from None
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The data source's options, parsed once. Every option arrives as a string.
+
+    ``path``            store or CommitLog directory (local path, or a URI pyarrow.fs opens)
+    ``output``          messages | entries | stops
+    ``from_offset``     absolute CommitLog offset: only records starting at or after it
+    ``to_offset``       absolute CommitLog offset: only records starting before it
+    ``from_time``       store time (epoch ms or ISO-8601): only messages stored at or after it
+    ``to_time``         store time: only messages stored before it
+    ``check_crc``       true (default) | false: check each body's CRC, as the broker's recovery does
+    ``split_bytes``     bytes per split (default 128m)
+    ``batch_records``   records decoded per Arrow batch (default 65536)
+    ``window``          entries: window length (1h, 15m, 0 = one window; default 1h)
+    ``stop_replicas``   entries: copies of each split's info row (one per writer partition)
+    ``whole_segments``  base offsets of segments read as one split (no resync inside them)
+    ``skip_offsets``    ``START-END,...`` absolute offset intervals whose records are left out
+    """
+
+    path: str
+    output: str = "messages"
+    from_offset: int | None = None
+    to_offset: int | None = None
+    from_time_ms: int | None = None
+    to_time_ms: int | None = None
+    check_crc: bool = True
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    batch_records: int = 65536
+    window_ms: int = 3_600_000
+    stop_replicas: int = 1
+    whole_segments: tuple[int, ...] = ()
+    skip_offsets: tuple[tuple[int, int], ...] = ()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
+        from rocketidx.windows import parse_duration_ms
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        path = opts.get("path")
+        if not path:
+            raise ConfigError("path", path, "give the store or CommitLog directory: .load(PATH)")
+        output = str(opts.get("output", "messages")).strip().lower()
+        if output not in OUTPUTS:
+            raise ConfigError("output", output, f"must be one of {', '.join(OUTPUTS)}")
+        crc = str(opts.get("check_crc", "true")).strip().lower()
+        if crc not in _TRUE | _FALSE:
+            raise ConfigError("check_crc", opts.get("check_crc"), "expected true or false")
+        parsed = cls(
+            path=str(path),
+            output=output,
+            from_offset=_int(opts, "from_offset", minimum=0),
+            to_offset=_int(opts, "to_offset", minimum=0),
+            from_time_ms=parse_time_ms(opts["from_time"], "from_time") if opts.get("from_time") else None,
+            to_time_ms=parse_time_ms(opts["to_time"], "to_time") if opts.get("to_time") else None,
+            check_crc=crc in _TRUE,
+            split_bytes=parse_size(opts.get("split_bytes", DEFAULT_SPLIT_BYTES), "split_bytes"),
+            batch_records=_int(opts, "batch_records", minimum=1) or 65536,
+            window_ms=parse_duration_ms(opts.get("window", "1h"), "window"),
+            stop_replicas=_int(opts, "stop_replicas", minimum=1) or 1,
+            whole_segments=_int_list(opts, "whole_segments"),
+            skip_offsets=_intervals(opts, "skip_offsets"),
+        )
+        if parsed.from_offset is not None and parsed.to_offset is not None and parsed.from_offset > parsed.to_offset:
+            raise ConfigError("to_offset", parsed.to_offset, f"is before from_offset {parsed.from_offset}")
+        if parsed.from_time_ms is not None and parsed.to_time_ms is not None and parsed.from_time_ms > parsed.to_time_ms:
+            raise ConfigError("to_time", opts.get("to_time"), f"is before from_time {opts.get('from_time')}")
+        return parsed
+
+    def as_options(self) -> dict[str, str]:
+        """The string options that parse back to this object (what a DataFrameReader takes)."""
+        out = {"path": self.path, "output": self.output, "check_crc": str(self.check_crc).lower(),
+               "split_bytes": str(self.split_bytes), "batch_records": str(self.batch_records),
+               "window": str(self.window_ms), "stop_replicas": str(self.stop_replicas)}
+        for name, value in (("from_offset", self.from_offset), ("to_offset", self.to_offset),
+                            ("from_time", self.from_time_ms), ("to_time", self.to_time_ms)):
+            if value is not None:
+                out[name] = str(value)
+        if self.whole_segments:
+            out["whole_segments"] = ",".join(map(str, self.whole_segments))
+        if self.skip_offsets:
+            out["skip_offsets"] = ",".join(f"{lo}-{hi}" for lo, hi in self.skip_offsets)
+        return out
+
+
+# --- segments on any filesystem -----------------------------------------------------------------
+
+def is_uri(path: str) -> bool:
+    """A path with a scheme (``hdfs://``, ``s3://``, ``file://``) is opened through pyarrow.fs."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(path)) is not None
+
+
+def list_store_segments(path: str, *, from_offset: int | None = None, to_offset: int | None = None):
+    """The CommitLog's segments (:class:`rocketidx.segments.Segment`), local or through pyarrow.fs.
+
+    A local path goes through the core's :func:`list_segments`; a URI is listed with the same checks
+    (20-digit names, one size, no gaps), its segments' ``path`` keeping the URI.
+    """
+    from rocketidx.segments import SEGMENT_NAME, Segment, list_segments
+    if not is_uri(path):
+        return list_segments(path, from_offset=from_offset, to_offset=to_offset)
+    import pyarrow.fs as pafs
+    fs, root = pafs.FileSystem.from_uri(path)
+    prefix = path[: len(path) - len(root)] if path.endswith(root) else path.split("://", 1)[0] + "://"
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise StoreLayoutError(path, "no such directory")
+    if info.type != pafs.FileType.Directory:
+        raise StoreLayoutError(path, "not a directory")
+    sub = root.rstrip("/") + "/commitlog"
+    if fs.get_file_info(sub).type == pafs.FileType.Directory:
+        root = sub
+    entries = sorted(fs.get_file_info(pafs.FileSelector(root)), key=lambda e: e.base_name)
+    segments = []
+    for e in entries:
+        if e.type == pafs.FileType.Directory:
+            continue
+        full = prefix + e.path if not e.path.startswith(prefix) else e.path
+        if not SEGMENT_NAME.match(e.base_name):
+            raise StoreLayoutError(full, "not a CommitLog segment (name must be a 20-digit base offset); "
+                                         "move it out of the CommitLog directory")
+        segments.append(Segment(full, int(e.base_name), int(e.size)))
+    if not segments:
+        raise StoreLayoutError(path, "no CommitLog segments found")
+    size = segments[0].size
+    for prev, seg in zip(segments, segments[1:]):
+        if prev.size != size or seg.size != size:
+            bad = prev if prev.size != size else seg
+            raise StoreLayoutError(bad.path, f"segment size {bad.size} differs from the first segment's "
+                                             f"{size}; every segment has the same size")
+        if seg.base_offset != prev.end_offset:
+            raise StoreLayoutError(seg.path, f"gap in segment offsets: previous segment ends at "
+                                             f"{prev.end_offset}, this one starts at {seg.base_offset}")
+    if size == 0:
+        raise StoreLayoutError(segments[0].path, "empty segment")
+    if from_offset is not None:
+        segments = [s for s in segments if s.end_offset > from_offset]
+    if to_offset is not None:
+        segments = [s for s in segments if s.base_offset < to_offset]
+    return segments
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """One split: bytes ``[start, end)`` (segment offsets) of one segment; ``index`` orders all splits."""
+
+    index: int
+    path: str
+    base_offset: int
+    size: int
+    start: int
+    end: int
+
+    @property
+    def abs_start(self) -> int:
+        return self.base_offset + self.start
+
+
+def plan_partitions(segments, opts: SourceOptions) -> list[RangePartition]:
+    """Cut the segments into splits of ``split_bytes``, clipped to ``[from_offset, to_offset)``."""
+    whole = set(opts.whole_segments)
+    parts: list[RangePartition] = []
+    for seg in segments:
+        lo = max(0, (opts.from_offset or 0) - seg.base_offset)
+        hi = seg.size if opts.to_offset is None else min(seg.size, opts.to_offset - seg.base_offset)
+        step = hi - lo if seg.base_offset in whole else opts.split_bytes
+        for start in range(lo, hi, max(step, 1)):
+            parts.append(RangePartition(len(parts), seg.path, seg.base_offset, seg.size, start,
+                                        min(hi, start + step)))
+    return parts
+
+
+# --- what a split saw, and what all splits together mean ------------------------------------------
+
+@dataclass(frozen=True)
+class RangeInfo:
+    """What one split's read saw: its first record, where it stopped and why, and its counters.
+
+    ``first`` is the segment offset of the first record it found (None: no record starts in it);
+    ``stop_*`` where its own reading ended (``range_end`` at the next record's start when the split's
+    last record runs past its end and that record is valid). Counters cover the split's records,
+    after the time filter.
+    """
+
+    index: int
+    path: str
+    base_offset: int
+    size: int
+    start: int
+    end: int
+    first: int | None
+    stop_offset: int
+    stop_kind: str
+    stop_reason: str
+    records: int = 0
+    rollback: int = 0
+    indexed: int = 0
+    entries: int = 0
+    phy_mismatch_at: int | None = None  # first record whose PHYSICALOFFSET is not its own offset
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "RangeInfo":
+        return cls(**json.loads(raw))
+
+    @property
+    def stop_dict(self) -> dict:
+        return {"segment": self.path.rsplit("/", 1)[-1], "segment_offset": self.stop_offset,
+                "phy_offset": self.base_offset + self.stop_offset, "kind": self.stop_kind,
+                "reason": self.stop_reason}
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """A split whose first record is not where the previous split's chain of records leads."""
+
+    path: str
+    base_offset: int
+    expected: int  # segment offset the chain leads to
+    found: int | None  # what the split resynchronised on
+
+    def __str__(self) -> str:
+        return (f"{self.path} @ byte {self.expected}: the record chain continues here but the split "
+                f"resynchronised at {self.found}")
+
+
+@dataclass(frozen=True)
+class ResolvedStops:
+    """The broker-recovery view of all splits (what a sequential read from the first split would do).
+
+    ``cut``: absolute offset of the first final stop (zero tail or invalid record), nothing at or after
+    it counts; ``blanks``: ``(start, end)`` absolute intervals after a blank record, to the segment's
+    end; ``stops``: each read segment's stop, as the core reader lists them; ``stop``: the last one.
+    """
+
+    cut: int | None
+    blanks: tuple[tuple[int, int], ...]
+    included: frozenset[int]
+    stops: tuple[dict, ...]
+    stop: dict | None
+    bytes_read: int
+    segments_read: int
+    messages: int
+    rollback: int
+    indexed: int
+    entries: int
+    chain_breaks: tuple[ChainBreak, ...] = ()
+    phy_mismatch: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def skip_intervals(self) -> tuple[tuple[int, int], ...]:
+        """Absolute ``[start, end)`` intervals whose records do not count (after the cut, after blanks)."""
+        out = list(self.blanks)
+        if self.cut is not None:
+            out.append((self.cut, 2**63 - 1))
+        return tuple(sorted(out))
+
+
+_FINAL = ("end_of_data", "corrupt")
+
+
+def resolve_stops(infos: Iterable[RangeInfo]) -> ResolvedStops:
+    """Walk the splits in CommitLog order as the sequential reader would, following each chain.
+
+    Within a segment the first split starts at a record (offset 0, or a resync at ``from_offset``);
+    every later split must start where the previous one's chain leads, else a :class:`ChainBreak` is
+    reported (the caller rereads that segment as one split). A blank stop ends the segment; a final
+    stop ends reading for good. Only splits reached before those stops count.
+    """
+    by_segment: dict[int, list[RangeInfo]] = {}
+    for info in {i.index: i for i in infos}.values():
+        by_segment.setdefault(info.base_offset, []).append(info)
+    cut = None
+    blanks, stops, breaks, mismatch = [], [], [], []
+    included: set[int] = set()
+    bytes_read = messages = rollback = indexed = entries = segments_read = 0
+    for base in sorted(by_segment):
+        if cut is not None:
+            break
+        ranges = sorted(by_segment[base], key=lambda r: r.start)
+        cont = None
+        seg_stop: RangeInfo | None = None
+        last = None
+        for r in ranges:
+            if seg_stop is not None:
+                if r.first is not None and r.first < seg_stop.stop_offset:
+                    breaks.append(ChainBreak(r.path, base, seg_stop.stop_offset, r.first))
+                continue
+            if cont is None:
+                cont = r.first if r.first is not None else r.end
+            if r.first is None:
+                if cont < r.end:
+                    breaks.append(ChainBreak(r.path, base, cont, None))
+                last = r
+                continue
+            if r.first != cont:
+                breaks.append(ChainBreak(r.path, base, cont, r.first))
+            included.add(r.index)
+            messages += r.records
+            rollback += r.rollback
+            indexed += r.indexed
+            entries += r.entries
+            if r.phy_mismatch_at is not None:
+                mismatch.append((r.path, r.phy_mismatch_at))
+            last = r
+            if r.stop_kind == "range_end":
+                cont = r.stop_offset
+            else:
+                seg_stop = r
+        end = seg_stop or last
+        if end is None:
+            continue
+        segments_read += 1
+        stops.append(end.stop_dict)
+        bytes_read += end.stop_offset
+        if end.stop_kind == "blank":
+            blanks.append((base + end.stop_offset, base + end.size))
+        elif end.stop_kind in _FINAL:
+            cut = base + end.stop_offset
+    return ResolvedStops(cut, tuple(blanks), frozenset(included), tuple(stops), stops[-1] if stops else None,
+                         bytes_read, segments_read, messages, rollback, indexed, entries, tuple(breaks),
+                         tuple(mismatch))
+
+
+def skip_mask(offsets, intervals: tuple[tuple[int, int], ...]):
+    """True where an absolute offset falls in one of the sorted, disjoint ``[start, end)`` intervals."""
+    import numpy as np
+    if not intervals:
+        return np.zeros(len(offsets), bool)
+    lo = np.array([a for a, _ in intervals], np.int64)
+    hi = np.array([b for _, b in intervals], np.int64)
+    i = np.searchsorted(lo, offsets, side="right") - 1
+    return (i >= 0) & (offsets < hi[np.maximum(i, 0)])
+
+
+# --- reading one split ----------------------------------------------------------------------------
+
+class _Segment:
+    """A split's view of its segment: a read-only mapping of the local file, or of a local sparse copy
+    of the bytes a remote split needs (``hi`` bounds what was fetched)."""
+
+    def __init__(self, part: RangePartition, fetch_to: int | None = None):
+        from rocketidx.messages import open_segment
+        from rocketidx.segments import Segment
+        self.seg = Segment(part.path, part.base_offset, part.size)
+        self._tmp = None
+        if not is_uri(part.path):
+            self.buf = open_segment(self.seg)
+            self.hi = part.size
+            return
+        import mmap
+        import pyarrow.fs as pafs
+        fs, remote = pafs.FileSystem.from_uri(part.path)
+        self.hi = part.size if fetch_to is None else min(part.size, fetch_to)
+        local_dir = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
+        fd, self._tmp = tempfile.mkstemp(prefix="rocketidx-seg-", dir=local_dir)
+        try:
+            os.ftruncate(fd, part.size)  # sparse: bytes not fetched read as zeros and take no disk
+            with fs.open_input_file(remote) as f:
+                f.seek(part.start)
+                pos = part.start
+                while pos < self.hi:
+                    chunk = f.read(min(8 * 1024**2, self.hi - pos))
+                    if not chunk:
+                        break
+                    os.pwrite(fd, chunk, pos)
+                    pos += len(chunk)
+            self.buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        if hasattr(self.buf, "close"):
+            self.buf.close()
+        if self._tmp:
+            os.unlink(self._tmp)
+
+
+def _peek(buf, seg, at: int, check_crc: bool):
+    """The stop the record at ``at`` (a record start) makes, or None when it is a valid record."""
+    from rocketidx.messages import scan_records
+    gen = scan_records(buf, seg, at, at + 1, check_crc=check_crc, batch_records=1)
+    while True:
+        try:
+            recs = next(gen)
+        except StopIteration as done:
+            return done.value
+        if len(recs):
+            return None
+
+
+def _read_split(part: RangePartition, opts: SourceOptions, want: str) -> Iterator:
+    """Yield ``want`` ("messages", "entries" or nothing) batches of one split, then its RangeInfo."""
+    fetch_to = None if not is_uri(part.path) else part.end + REMOTE_MARGIN_BYTES
+    while True:
+        view = _Segment(part, fetch_to)
+        try:
+            out = []
+            info = yield from _read_view(view, part, opts, want, out)
+        finally:
+            view.close()
+        if view.hi >= part.size or _within(info, view.hi):
+            return info
+        # A remote split saw past what it fetched (a huge record, or a zero tail whose zeros must be
+        # checked to the segment's end): read it again with the rest of the segment. Nothing was
+        # yielded yet in that case, because _read_view holds batches back for remote splits.
+        fetch_to = part.size
+
+
+def _within(info: RangeInfo, hi: int) -> bool:
+    return info.stop_kind not in ("end_of_data",) and info.stop_offset + REMOTE_MARGIN_BYTES // 2 < hi
+
+
+def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: str, held: list):
+    import numpy as np
+    from rocketidx import messages as M
+    from rocketidx.entries import entries_from_records, rollback_count
+    from rocketidx.segments import SegmentRange
+    from rocketidx.windows import assign_windows
+
+    seg, buf = view.seg, view.buf
+    remote = view.hi < part.size
+    reader = M.RangeReader(buf, SegmentRange(seg, part.start, part.end), check_crc=opts.check_crc,
+                           batch_records=opts.batch_records)
+    first = None
+    records = rollback = indexed = n_entries = 0
+    mismatch = None
+    u8 = np.frombuffer(buf, np.uint8, seg.size) if seg.size else np.zeros(0, np.uint8)
+    for recs in reader.record_chunks():
+        if first is None:
+            first = int(recs[0, M.REC_POS])
+        phy = M.phy_offsets(u8, recs)
+        bad = phy != seg.base_offset + recs[:, M.REC_POS]
+        if mismatch is None and bad.any():
+            mismatch = int(recs[int(np.argmax(bad)), M.REC_POS])
+        keep = ~skip_mask(phy, opts.skip_offsets) if opts.skip_offsets else None
+        if opts.from_time_ms is not None or opts.to_time_ms is not None:
+            ts = M.store_timestamps(u8, recs)
+            in_time = np.ones(len(recs), bool)
+            if opts.from_time_ms is not None:
+                in_time &= ts >= opts.from_time_ms
+            if opts.to_time_ms is not None:
+                in_time &= ts < opts.to_time_ms
+            keep = in_time if keep is None else keep & in_time
+        if keep is not None and not keep.all():
+            recs = recs[keep]
+            if not len(recs):
+                continue
+        records += len(recs)
+        if want == "messages":
+            batch = M.records_to_batch(buf, seg, recs)
+            (held.append if remote else _noop)(batch)
+            if not remote:
+                yield batch
+        elif want == "entries":
+            rollback += rollback_count(recs)
+            e = entries_from_records(buf, seg, recs)
+            seq = e.column("entry_seq")
+            indexed += int(np.count_nonzero(seq.to_numpy() == 0))
+            n_entries += e.num_rows
+            ts = e.column("store_timestamp_ms")
+            batch = pa.RecordBatch.from_arrays(
+                [pa.array(assign_windows(ts.to_numpy(), opts.window_ms)), e.column("phy_offset"), seq,
+                 e.column("key_hash"), ts, pa.nulls(e.num_rows, pa.binary())], schema=ENTRY_ROWS)
+            (held.append if remote else _noop)(batch)
+            if not remote:
+                yield batch
+        else:
+            rollback += rollback_count(recs)
+    stop = reader.stop
+    if stop.kind == M.STOP_RANGE_END and first is not None and stop.segment_offset < seg.size:
+        # The chain leads into a later split's bytes: judge that record here, because a later split
+        # resynchronises on the first *valid* record and would silently step over an invalid one.
+        peeked = _peek(buf, seg, stop.segment_offset, opts.check_crc)
+        if peeked is not None and peeked.kind != M.STOP_RANGE_END:
+            stop = peeked
+    info = RangeInfo(part.index, part.path, part.base_offset, part.size, part.start, part.end, first,
+                     stop.segment_offset, stop.kind, stop.reason, records, rollback, indexed, n_entries,
+                     mismatch)
+    if remote and _within(info, view.hi):
+        yield from held
+    if stop.kind == M.STOP_CORRUPT:
+        log.warning("reading %s stopped at byte %d: %s", part.path, stop.segment_offset, stop.reason)
+    return info
+
+
+def _noop(_):
+    return None
+
+
+def read_split(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
+    """The batches ``opts.output`` asks for, for one split (what ``DataSourceReader.read`` yields)."""
+    if opts.output == "stops":
+        info = yield from _read_split(part, opts, "stops")
+        yield _stop_batch(info)
+        return
+    info = yield from _read_split(part, opts, opts.output)
+    if opts.output == "entries":
+        n = opts.stop_replicas
+        raw = info.to_json()
+        yield pa.RecordBatch.from_arrays(
+            [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.array(range(n), pa.int32()),
+             pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64()), pa.array([raw] * n, pa.binary())],
+            schema=ENTRY_ROWS)
+
+
+def _stop_batch(info: RangeInfo) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{
+        "range_index": info.index, "segment": info.path.rsplit("/", 1)[-1], "base_offset": info.base_offset,
+        "range_start": info.start, "range_end": info.end, "first_record": info.first, "records": info.records,
+        "segment_offset": info.stop_offset, "phy_offset": info.base_offset + info.stop_offset,
+        "kind": info.stop_kind, "reason": info.stop_reason}], schema=STOP_ROWS)
+
+
+def info_from_stop_row(row) -> RangeInfo:
+    """A :class:`RangeInfo` back from a row of the ``stops`` output (counters other than records are 0)."""
+    get = row.asDict() if hasattr(row, "asDict") else dict(row)
+    seg_path = get["segment"]
+    return RangeInfo(get["range_index"], seg_path, get["base_offset"], 0, get["range_start"], get["range_end"],
+                     get["first_record"], get["segment_offset"], get["kind"], get["reason"], get["records"])
+
+
+# --- the Spark data source ------------------------------------------------------------------------
+
+def spark_schema(output: str):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from rocketidx.messages import MESSAGE_SCHEMA
+    return from_arrow_schema({"messages": MESSAGE_SCHEMA, "entries": ENTRY_ROWS, "stops": STOP_ROWS}[output])
+
+
+class CommitLogDataSource(DataSource):
+    """``spark.read.format("rocketmq-commitlog").option(...).load(PATH)``; options in :class:`SourceOptions`."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.opts = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self):
+        return spark_schema(self.opts.output)
+
+    def reader(self, schema) -> "CommitLogReader":
+        return CommitLogReader(self.opts)
+
+
+class CommitLogReader(DataSourceReader):
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[RangePartition]:
+        segments = list_store_segments(self.opts.path, from_offset=self.opts.from_offset,
+                                       to_offset=self.opts.to_offset)
+        return plan_partitions(segments, self.opts)
+
+    def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        from rocketidx.spark.source import read_split  # the worker imports the module, not the closure
+        return read_split(partition, self.opts)
+
+
+def register(spark) -> None:
+    """Make ``spark.read.format("rocketmq-commitlog")`` available in this session."""
+    spark.dataSource.register(CommitLogDataSource)
+
+
+# --- the broker-recovery view of the messages -----------------------------------------------------
+
+@dataclass(frozen=True)
+class MessagesRead:
+    """``read_messages``' answer: the DataFrame and how reading ended (``resolved.stop``, ``stops``)."""
+
+    df: object
+    resolved: ResolvedStops
+    options: SourceOptions
+
+
+def read_messages(spark, path: str, **options) -> MessagesRead:
+    """Messages exactly as the broker's recovery reads them, at any split size (two passes).
+
+    A first ``stops`` pass finds every split's stop; :func:`resolve_stops` gives the first final stop
+    and blank tails (and segments whose splits disagree, which are then read as one split); the second
+    pass reads the messages with those offsets left out. Options as :class:`SourceOptions`.
+    """
+    register(spark)
+    opts = SourceOptions.parse(dict({k: str(v) for k, v in options.items() if v is not None}, path=path))
+    resolved = resolve_split_stops(spark, opts)
+    final = replace(opts, output="messages",
+                    skip_offsets=tuple(sorted(set(opts.skip_offsets) | set(resolved.skip_intervals))))
+    final = replace(final, whole_segments=resolved_whole(opts, resolved))
+    if resolved.stop and resolved.stop["kind"] == "corrupt":
+        log.warning("reading stopped for good at %s + %d: %s", resolved.stop["segment"],
+                    resolved.stop["segment_offset"], resolved.stop["reason"])
+    df = spark.read.format(SOURCE_NAME).options(**final.as_options()).load()
+    return MessagesRead(df, resolved, final)
+
+
+def resolved_whole(opts: SourceOptions, resolved: ResolvedStops) -> tuple[int, ...]:
+    return tuple(sorted(set(opts.whole_segments) | {b.base_offset for b in resolved.chain_breaks}))
+
+
+def resolve_split_stops(spark, opts: SourceOptions) -> ResolvedStops:
+    """Run the ``stops`` pass and resolve it; segments with a chain break are reread as one split."""
+    for _ in range(2):
+        rows = (spark.read.format(SOURCE_NAME).options(**replace(opts, output="stops").as_options()).load()
+                .collect())
+        resolved = resolve_stops(info_from_stop_row(r) for r in rows)
+        if not resolved.chain_breaks:
+            return resolved
+        log.warning("splits disagree on where records start (%s); reading those segments unsplit",
+                    "; ".join(map(str, resolved.chain_breaks)))
+        opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
+    raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
