@@ -51,15 +51,14 @@ def _peak_rss_mb() -> float:
 
 
 def measure_parse(store: str, native: bool) -> dict:
-    from rocketidx.entries import entries_from_records
     from rocketidx.messages import CommitLogReader
     from rocketidx.segments import list_segments
     t0 = time.perf_counter()
     reader = CommitLogReader(list_segments(store), native=native)
     messages = entries = 0
-    for seg, buf, recs in reader.record_chunks():
+    for seg, buf, recs, e in reader.entry_chunks():
         messages += len(recs)
-        entries += entries_from_records(buf, seg, recs, native=native).num_rows
+        entries += e.num_rows
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "bytes": reader.bytes_read, "messages": messages, "entries": entries}
 
@@ -70,14 +69,12 @@ def measure_write(store: str, native: bool) -> dict:
 
     from rocketidx.build import WindowSet
     from rocketidx.config import BuildConfig
-    from rocketidx.entries import entries_from_records
     from rocketidx.messages import CommitLogReader
     from rocketidx.segments import list_segments
     from rocketidx.windows import assign_windows
     cfg = BuildConfig(timezone="UTC")
     batches = []
-    for seg, buf, recs in CommitLogReader(list_segments(store), native=native).record_chunks():
-        e = entries_from_records(buf, seg, recs, native=native)
+    for seg, buf, recs, e in CommitLogReader(list_segments(store), native=native).entry_chunks():
         ts = e.column("store_timestamp_ms").to_numpy()
         batches.append((assign_windows(ts, cfg.window_ms), e.column("phy_offset").to_numpy(),
                         e.column("key_hash").to_numpy(), ts))

@@ -11,10 +11,12 @@
  * checks each one as CommitLog.checkMessageAndReturnSize(checkCRC) does, and writes REC_COLS int64
  * per valid record into `out` (see REC_* below). It returns (n, stop_pos, stop_code, a, b).
  *
- * entries(buf, recs, n, out_row, out_seq, out_hash, out_slow, out_kpos, out_klen) makes IndexService.buildIndex's entries
+ * entries(buf, recs, n, row, phy, ts, seq, hash, slow, kpos, klen) makes IndexService.buildIndex's entries
  * for n records: skip rollbacks, topic#UNIQ_KEY, then topic#piece for every non-empty piece of KEYS
  * split on 0x20, hashing with Java's String.hashCode over UTF-16 units. An entry whose bytes are not
- * valid UTF-8 gets out_slow=1 and is re-hashed in Python (Java's U+FFFD replacement rules).
+ * valid UTF-8 gets slow=1 and is re-hashed in Python (Java's U+FFFD replacement rules).
+ *
+ * scan_entries(...) does both in one pass while each record is still in cache (the build's path).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -71,6 +73,88 @@ static void find_property(const unsigned char *s, int64_t len, const char *name,
     }
 }
 
+/* Check the record at p as CommitLog.checkMessageAndReturnSize(checkCRC) does and fill its row.
+ * Returns 0 for a valid message record, else a STOP_* code with details in *a, *b. */
+static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t p, int check_crc,
+                        int64_t *row, long long *a, long long *bb) {
+    Py_ssize_t left = seg_size - p;
+    if (left < 8) {
+        if (left >= 4 && be32(b + p) == 0) { *a = all_zero(b + p, left); return STOP_END_OF_DATA; }
+        if (all_zero(b + p, left)) { *a = 1; return STOP_END_OF_DATA; }
+        *a = left;
+        return STOP_TORN_HEADER;
+    }
+    int32_t total = (int32_t)be32(b + p);
+    uint32_t magic = be32(b + p + 4);
+    /* a = -1: whether the tail is all zero is left to the caller, which can skip holes and release
+       pages as it goes (reading a 1 GiB zero tail here would map all of it). */
+    if (total == 0) { *a = -1; return STOP_END_OF_DATA; }
+    if (magic == MAGIC_BLANK) return STOP_BLANK;
+    if (magic != MAGIC_V1 && magic != MAGIC_V2) { *a = magic; return STOP_BAD_MAGIC; }
+    if (total < MIN_RECORD || total > left) { *a = total; return STOP_BAD_SIZE; }
+    const unsigned char *r = b + p;
+    int64_t rec_end = total;
+    int v2 = magic == MAGIC_V2;
+    int32_t sys_flag = (int32_t)be32(r + 36);
+    int64_t born_w = (sys_flag & 0x10) ? 20 : 8, store_w = (sys_flag & 0x20) ? 20 : 8;
+    int64_t body_len_at = PREFIX + born_w + 8 + store_w + 12;
+    int64_t body_pos = body_len_at + 4;
+    if (body_pos > rec_end) { *a = total; return STOP_FIXED_OVERRUN; }
+    int32_t body_len = (int32_t)be32(r + body_len_at);
+    if (body_len < 0 || body_pos + body_len > rec_end) { *a = total; *bb = body_len; return STOP_BODY_OVERRUN; }
+    int64_t tl_pos = body_pos + body_len, tl_bytes = v2 ? 2 : 1;
+    int64_t topic_len = -1;
+    int length_ok = tl_pos + tl_bytes <= rec_end;
+    if (length_ok)
+        topic_len = v2 ? (int64_t)(int16_t)((r[tl_pos] << 8) | r[tl_pos + 1]) : (int64_t)(int8_t)r[tl_pos];
+    int64_t topic_pos = tl_pos + tl_bytes;
+    int64_t props_len = 0, props_pos = 0, computed = -1;
+    int stop_after_crc = 0;
+    if (!length_ok) stop_after_crc = STOP_TOPICLEN_OVERRUN;
+    else if (topic_len < 0 || topic_pos + topic_len + 2 > rec_end) stop_after_crc = STOP_TOPIC_OVERRUN;
+    else {
+        int64_t pl_pos = topic_pos + topic_len;
+        props_len = (int16_t)((r[pl_pos] << 8) | r[pl_pos + 1]);
+        props_pos = pl_pos + 2;
+        computed = props_pos + props_len;
+        if (computed != rec_end) stop_after_crc = STOP_LENGTH;
+    }
+    /* The broker checks the body CRC before it reads the topic, so a torn body reports a CRC mismatch. */
+    if (check_crc && body_len > 0) {
+        uint32_t crc = (uint32_t)crc32(0L, r + body_pos, (uInt)body_len) & 0x7FFFFFFFu;
+        int32_t stored = (int32_t)be32(r + 8);
+        if ((int64_t)crc != (int64_t)stored) { *a = stored; *bb = crc; return STOP_CRC; }
+    }
+    if (stop_after_crc) {
+        *a = total;
+        *bb = computed >= 0 ? computed : body_len;
+        return stop_after_crc;
+    }
+    row[REC_POS] = p;
+    row[REC_TOTAL] = total;
+    row[REC_V2] = v2;
+    row[REC_SYSFLAG] = sys_flag;
+    row[REC_BODY_POS] = p + body_pos;
+    row[REC_BODY_LEN] = body_len;
+    row[REC_TOPIC_POS] = p + topic_pos;
+    row[REC_TOPIC_LEN] = topic_len;
+    row[REC_PROPS_POS] = p + props_pos;
+    row[REC_PROPS_LEN] = props_len;
+    int64_t vp, vl;
+    find_property(r + props_pos, props_len, "KEYS", 4, &vp, &vl);
+    row[REC_KEYS_POS] = vp < 0 ? 0 : p + props_pos + vp;
+    row[REC_KEYS_LEN] = vl;
+    find_property(r + props_pos, props_len, "UNIQ_KEY", 8, &vp, &vl);
+    row[REC_UNIQ_POS] = vp < 0 ? 0 : p + props_pos + vp;
+    row[REC_UNIQ_LEN] = vl;
+    find_property(r + props_pos, props_len, "TAGS", 4, &vp, &vl);
+    row[REC_TAGS_POS] = vp < 0 ? 0 : p + props_pos + vp;
+    row[REC_TAGS_LEN] = vl;
+    row[REC_PHY] = (int64_t)(((uint64_t)be32(r + 28) << 32) | be32(r + 32));
+    row[REC_STORE_TS] = (int64_t)(((uint64_t)be32(r + PREFIX + born_w) << 32) | be32(r + PREFIX + born_w + 4));
+    return 0;
+}
+
 static PyObject *native_scan(PyObject *self, PyObject *args) {
     Py_buffer buf, out;
     Py_ssize_t seg_size, start, end;
@@ -83,92 +167,17 @@ static PyObject *native_scan(PyObject *self, PyObject *args) {
     Py_ssize_t cap = out.len / (Py_ssize_t)(sizeof(int64_t) * REC_COLS);
     if (buf.len < seg_size) seg_size = buf.len;
     Py_ssize_t n = 0, p = start;
-    int code = STOP_RANGE_END;
+    int code;
     long long a = 0, bb = 0;
 
     Py_BEGIN_ALLOW_THREADS
     for (;;) {
         if (p >= end) { code = p >= seg_size ? STOP_SEGMENT_END : STOP_RANGE_END; break; }
         if (n >= cap) { code = STOP_CAPACITY; break; }
-        Py_ssize_t left = seg_size - p;
-        if (left < 8) {
-            if (left >= 4 && be32(b + p) == 0) { code = STOP_END_OF_DATA; a = all_zero(b + p, left); }
-            else if (all_zero(b + p, left)) { code = STOP_END_OF_DATA; a = 1; }
-            else { code = STOP_TORN_HEADER; a = left; }
-            break;
-        }
-        int32_t total = (int32_t)be32(b + p);
-        uint32_t magic = be32(b + p + 4);
-        /* a = -1: whether the tail is all zero is left to the caller, which can skip holes and
-           release pages as it goes (reading a 1 GiB zero tail here would map all of it). */
-        if (total == 0) { code = STOP_END_OF_DATA; a = -1; break; }
-        if (magic == MAGIC_BLANK) { code = STOP_BLANK; break; }
-        if (magic != MAGIC_V1 && magic != MAGIC_V2) { code = STOP_BAD_MAGIC; a = magic; break; }
-        if (total < MIN_RECORD || total > left) { code = STOP_BAD_SIZE; a = total; break; }
-        const unsigned char *r = b + p;
-        int64_t rec_end = total;
-        int v2 = magic == MAGIC_V2;
-        int32_t sys_flag = (int32_t)be32(r + 36);
-        int64_t born_w = (sys_flag & 0x10) ? 20 : 8, store_w = (sys_flag & 0x20) ? 20 : 8;
-        int64_t body_len_at = PREFIX + born_w + 8 + store_w + 12;
-        int64_t body_pos = body_len_at + 4;
-        if (body_pos > rec_end) { code = STOP_FIXED_OVERRUN; a = total; break; }
-        int32_t body_len = (int32_t)be32(r + body_len_at);
-        if (body_len < 0 || body_pos + body_len > rec_end) { code = STOP_BODY_OVERRUN; a = total; bb = body_len; break; }
-        int64_t tl_pos = body_pos + body_len, tl_bytes = v2 ? 2 : 1;
-        int64_t topic_len = -1;
-        int length_ok = tl_pos + tl_bytes <= rec_end;
-        if (length_ok)
-            topic_len = v2 ? (int64_t)(int16_t)((r[tl_pos] << 8) | r[tl_pos + 1]) : (int64_t)(int8_t)r[tl_pos];
-        int64_t topic_pos = tl_pos + tl_bytes;
-        int64_t props_len = 0, props_pos = 0, computed = -1;
-        int stop_after_crc = 0;
-        if (!length_ok) stop_after_crc = STOP_TOPICLEN_OVERRUN;
-        else if (topic_len < 0 || topic_pos + topic_len + 2 > rec_end) stop_after_crc = STOP_TOPIC_OVERRUN;
-        else {
-            int64_t pl_pos = topic_pos + topic_len;
-            props_len = (int16_t)((r[pl_pos] << 8) | r[pl_pos + 1]);
-            props_pos = pl_pos + 2;
-            computed = props_pos + props_len;
-            if (computed != rec_end) stop_after_crc = STOP_LENGTH;
-        }
-        /* The broker checks the body CRC before it reads the topic, so a torn body reports a CRC mismatch. */
-        if (check_crc && body_len > 0) {
-            uint32_t crc = (uint32_t)crc32(0L, r + body_pos, (uInt)body_len) & 0x7FFFFFFFu;
-            int32_t stored = (int32_t)be32(r + 8);
-            if ((int64_t)crc != (int64_t)stored) { code = STOP_CRC; a = stored; bb = crc; break; }
-        }
-        if (stop_after_crc) {
-            code = stop_after_crc;
-            a = total;
-            bb = computed >= 0 ? computed : body_len;
-            break;
-        }
-        int64_t *row = o + n * REC_COLS;
-        row[REC_POS] = p;
-        row[REC_TOTAL] = total;
-        row[REC_V2] = v2;
-        row[REC_SYSFLAG] = sys_flag;
-        row[REC_BODY_POS] = p + body_pos;
-        row[REC_BODY_LEN] = body_len;
-        row[REC_TOPIC_POS] = p + topic_pos;
-        row[REC_TOPIC_LEN] = topic_len;
-        row[REC_PROPS_POS] = p + props_pos;
-        row[REC_PROPS_LEN] = props_len;
-        int64_t vp, vl;
-        find_property(r + props_pos, props_len, "KEYS", 4, &vp, &vl);
-        row[REC_KEYS_POS] = vp < 0 ? 0 : p + props_pos + vp;
-        row[REC_KEYS_LEN] = vl;
-        find_property(r + props_pos, props_len, "UNIQ_KEY", 8, &vp, &vl);
-        row[REC_UNIQ_POS] = vp < 0 ? 0 : p + props_pos + vp;
-        row[REC_UNIQ_LEN] = vl;
-        find_property(r + props_pos, props_len, "TAGS", 4, &vp, &vl);
-        row[REC_TAGS_POS] = vp < 0 ? 0 : p + props_pos + vp;
-        row[REC_TAGS_LEN] = vl;
-        row[REC_PHY] = (int64_t)(((uint64_t)be32(r + 28) << 32) | be32(r + 32));
-        row[REC_STORE_TS] = (int64_t)(((uint64_t)be32(r + PREFIX + born_w) << 32) | be32(r + PREFIX + born_w + 4));
+        code = check_record(b, seg_size, p, check_crc, o + n * REC_COLS, &a, &bb);
+        if (code) break;
+        p += o[n * REC_COLS + REC_TOTAL];
         n++;
-        p += total;
     }
     Py_END_ALLOW_THREADS
 
@@ -182,6 +191,17 @@ static inline int hash_utf8(const unsigned char *s, int64_t len, uint32_t *h) {
     uint32_t x = *h;
     int64_t i = 0;
     while (i < len) {
+        /* Four ASCII bytes per step: h*31^4 + c0*31^3 + c1*31^2 + c2*31 + c3 halves the dependent chain. */
+        if (i + 4 <= len) {
+            uint32_t w;
+            memcpy(&w, s + i, 4);
+            if ((w & 0x80808080u) == 0) {
+                x = x * 923521u + (uint32_t)s[i] * 29791u + (uint32_t)s[i + 1] * 961u + (uint32_t)s[i + 2] * 31u
+                    + (uint32_t)s[i + 3];
+                i += 4;
+                continue;
+            }
+        }
         uint32_t c = s[i];
         if (c < 0x80) { x = 31u * x + c; i++; continue; }
         uint32_t cp;
@@ -212,76 +232,130 @@ static inline int hash_utf8(const unsigned char *s, int64_t len, uint32_t *h) {
     return 1;
 }
 
-static PyObject *native_entries(PyObject *self, PyObject *args) {
-    Py_buffer buf, recs, o_row, o_seq, o_hash, o_slow, o_kpos, o_klen;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "y*y*nw*w*w*w*w*w*", &buf, &recs, &n, &o_row, &o_seq, &o_hash, &o_slow,
-                          &o_kpos, &o_klen))
-        return NULL;
-    int64_t *out_kpos = (int64_t *)o_kpos.buf, *out_klen = (int64_t *)o_klen.buf;
-    const unsigned char *b = (const unsigned char *)buf.buf;
-    const int64_t *R = (const int64_t *)recs.buf;
-    int64_t *out_row = (int64_t *)o_row.buf;
-    int32_t *out_seq = (int32_t *)o_seq.buf, *out_hash = (int32_t *)o_hash.buf;
-    uint8_t *out_slow = (uint8_t *)o_slow.buf;
-    Py_ssize_t cap = o_row.len / (Py_ssize_t)sizeof(int64_t);
-    Py_ssize_t m = 0;
-    int overflow = 0;
+typedef struct {
+    int64_t *row, *phy, *ts, *kpos, *klen;
+    int32_t *seq, *hash;
+    uint8_t *slow;
+    Py_ssize_t cap, m;
+} entry_out;
 
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n && !overflow; i++) {
-        const int64_t *r = R + i * REC_COLS;
-        if ((r[REC_SYSFLAG] & 0xC) == 0xC) continue; /* transaction rollback: no entry */
-        uint32_t ht = 0;
-        int topic_ok = hash_utf8(b + r[REC_TOPIC_POS], r[REC_TOPIC_LEN], &ht);
-        ht = 31u * ht + '#';
-        int32_t seq = 0;
-        if (r[REC_UNIQ_LEN] > 0) {
-            if (m >= cap) { overflow = 1; break; }
-            uint32_t h = ht;
-            int ok = topic_ok && hash_utf8(b + r[REC_UNIQ_POS], r[REC_UNIQ_LEN], &h);
-            out_row[m] = i; out_seq[m] = seq++; out_hash[m] = (int32_t)h; out_slow[m] = !ok;
-            out_kpos[m] = r[REC_UNIQ_POS]; out_klen[m] = r[REC_UNIQ_LEN];
-            m++;
-        }
-        if (r[REC_KEYS_LEN] > 0) {
-            const unsigned char *k = b + r[REC_KEYS_POS];
-            int64_t len = r[REC_KEYS_LEN], s = 0;
-            while (s <= len) {
-                const unsigned char *sp = s < len ? memchr(k + s, ' ', (size_t)(len - s)) : NULL;
-                int64_t e = sp ? (int64_t)(sp - k) : len;
-                if (e > s) {
-                    if (m >= cap) { overflow = 1; break; }
-                    uint32_t h = ht;
-                    int ok = topic_ok && hash_utf8(k + s, e - s, &h);
-                    out_row[m] = i; out_seq[m] = seq++; out_hash[m] = (int32_t)h; out_slow[m] = !ok;
-                    out_kpos[m] = r[REC_KEYS_POS] + s; out_klen[m] = e - s;
-                    m++;
-                }
-                s = e + 1;
+/* The most entries a record can make: UNIQ_KEY plus one per non-empty space-separated KEYS piece. */
+static inline Py_ssize_t max_entries(const int64_t *r) {
+    int64_t kl = r[REC_KEYS_LEN] > 0 ? r[REC_KEYS_LEN] : 0;
+    return 1 + (Py_ssize_t)((kl + 1) / 2);
+}
+
+static inline void put_entry(entry_out *o, const int64_t *r, Py_ssize_t i, int32_t seq, uint32_t h, int ok,
+                             int64_t kpos, int64_t klen) {
+    Py_ssize_t m = o->m++;
+    o->row[m] = i; o->seq[m] = seq; o->hash[m] = (int32_t)h; o->slow[m] = !ok;
+    o->phy[m] = r[REC_PHY]; o->ts[m] = r[REC_STORE_TS]; o->kpos[m] = kpos; o->klen[m] = klen;
+}
+
+/* IndexService.buildIndex for one record; the caller made sure max_entries(r) fit. */
+static void emit_entries(const unsigned char *b, const int64_t *r, Py_ssize_t i, entry_out *o) {
+    if ((r[REC_SYSFLAG] & 0xC) == 0xC) return; /* transaction rollback: no entry */
+    uint32_t ht = 0;
+    int topic_ok = hash_utf8(b + r[REC_TOPIC_POS], r[REC_TOPIC_LEN], &ht);
+    ht = 31u * ht + '#';
+    int32_t seq = 0;
+    if (r[REC_UNIQ_LEN] > 0) {
+        uint32_t h = ht;
+        int ok = topic_ok && hash_utf8(b + r[REC_UNIQ_POS], r[REC_UNIQ_LEN], &h);
+        put_entry(o, r, i, seq++, h, ok, r[REC_UNIQ_POS], r[REC_UNIQ_LEN]);
+    }
+    if (r[REC_KEYS_LEN] > 0) {
+        const unsigned char *k = b + r[REC_KEYS_POS];
+        int64_t len = r[REC_KEYS_LEN], s = 0;
+        while (s <= len) {
+            const unsigned char *sp = s < len ? memchr(k + s, ' ', (size_t)(len - s)) : NULL;
+            int64_t e = sp ? (int64_t)(sp - k) : len;
+            if (e > s) {
+                uint32_t h = ht;
+                int ok = topic_ok && hash_utf8(k + s, e - s, &h);
+                put_entry(o, r, i, seq++, h, ok, r[REC_KEYS_POS] + s, e - s);
             }
+            s = e + 1;
         }
     }
-    Py_END_ALLOW_THREADS
+}
 
+#define ENTRY_BUFFERS(o, bufs) do { \
+    (o).row = (int64_t *)(bufs)[0].buf; (o).phy = (int64_t *)(bufs)[1].buf; (o).ts = (int64_t *)(bufs)[2].buf; \
+    (o).seq = (int32_t *)(bufs)[3].buf; (o).hash = (int32_t *)(bufs)[4].buf; (o).slow = (uint8_t *)(bufs)[5].buf; \
+    (o).kpos = (int64_t *)(bufs)[6].buf; (o).klen = (int64_t *)(bufs)[7].buf; \
+    (o).cap = (bufs)[0].len / (Py_ssize_t)sizeof(int64_t); (o).m = 0; } while (0)
+
+static PyObject *native_entries(PyObject *self, PyObject *args) {
+    Py_buffer buf, recs, e[8];
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "y*y*nw*w*w*w*w*w*w*w*", &buf, &recs, &n, &e[0], &e[1], &e[2], &e[3], &e[4],
+                          &e[5], &e[6], &e[7]))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    const int64_t *R = (const int64_t *)recs.buf;
+    entry_out o;
+    ENTRY_BUFFERS(o, e);
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const int64_t *r = R + i * REC_COLS;
+        if (o.m + max_entries(r) > o.cap) { overflow = 1; break; }
+        emit_entries(b, r, i, &o);
+    }
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&buf);
     PyBuffer_Release(&recs);
-    PyBuffer_Release(&o_row);
-    PyBuffer_Release(&o_seq);
-    PyBuffer_Release(&o_hash);
-    PyBuffer_Release(&o_slow);
-    PyBuffer_Release(&o_kpos);
-    PyBuffer_Release(&o_klen);
+    for (int j = 0; j < 8; j++) PyBuffer_Release(&e[j]);
     if (overflow) {
         PyErr_SetString(PyExc_ValueError, "entries: output capacity too small");
         return NULL;
     }
-    return PyLong_FromSsize_t(m);
+    return PyLong_FromSsize_t(o.m);
+}
+
+/* scan and entries in one pass, while each record is still in cache. Stops with STOP_CAPACITY when the
+ * records or the entry buffers are full; returns (n, m, stop_pos, stop_code, a, b). */
+static PyObject *native_scan_entries(PyObject *self, PyObject *args) {
+    Py_buffer buf, out, e[8];
+    Py_ssize_t seg_size, start, end;
+    long long base;
+    int check_crc;
+    if (!PyArg_ParseTuple(args, "y*nLnnpw*w*w*w*w*w*w*w*w*", &buf, &seg_size, &base, &start, &end, &check_crc,
+                          &out, &e[0], &e[1], &e[2], &e[3], &e[4], &e[5], &e[6], &e[7]))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    int64_t *recs = (int64_t *)out.buf;
+    Py_ssize_t cap = out.len / (Py_ssize_t)(sizeof(int64_t) * REC_COLS);
+    if (buf.len < seg_size) seg_size = buf.len;
+    entry_out o;
+    ENTRY_BUFFERS(o, e);
+    Py_ssize_t n = 0, p = start;
+    int code;
+    long long a = 0, bb = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (;;) {
+        if (p >= end) { code = p >= seg_size ? STOP_SEGMENT_END : STOP_RANGE_END; break; }
+        if (n >= cap) { code = STOP_CAPACITY; break; }
+        int64_t *r = recs + n * REC_COLS;
+        code = check_record(b, seg_size, p, check_crc, r, &a, &bb);
+        if (code) break;
+        if (o.m + max_entries(r) > o.cap) { code = STOP_CAPACITY; break; }
+        emit_entries(b, r, n, &o);
+        p += r[REC_TOTAL];
+        n++;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&out);
+    for (int j = 0; j < 8; j++) PyBuffer_Release(&e[j]);
+    return Py_BuildValue("nnniLL", n, o.m, p, code, a, bb);
 }
 
 static PyMethodDef methods[] = {
     {"scan", native_scan, METH_VARARGS, "Walk and check CommitLog records; see the module comment."},
     {"entries", native_entries, METH_VARARGS, "Index entries and Java key hashes of scanned records."},
+    {"scan_entries", native_scan_entries, METH_VARARGS, "scan and entries fused, one pass over the bytes."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
-from rocketidx.entries import entries_from_records, rollback_count
+from rocketidx.entries import rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.messages import CommitLogReader, ReadStop
 from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
@@ -109,10 +109,9 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         try:
             reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
                                      native=native)
-            for seg, buf, recs in reader.record_chunks():
+            for seg, buf, recs, entries in reader.entry_chunks():
                 summary.messages += len(recs)
                 summary.rollback_skipped += rollback_count(recs)
-                entries = entries_from_records(buf, seg, recs, native=native)
                 phy = entries.column("phy_offset").to_numpy()
                 summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
                 ts = entries.column("store_timestamp_ms").to_numpy()

@@ -76,42 +76,61 @@ def extract_entries(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
         schema=ENTRY_SCHEMA)
 
 
+class EntryBuffers:
+    """Output arrays of the compiled kernel's entry functions, reused from call to call."""
+
+    def __init__(self, capacity: int):
+        self.grow(capacity)
+
+    def grow(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.row = np.empty(capacity, np.int64)
+        self.phy = np.empty(capacity, np.int64)
+        self.ts = np.empty(capacity, np.int64)
+        self.seq = np.empty(capacity, np.int32)
+        self.hash = np.empty(capacity, np.int32)
+        self.slow = np.empty(capacity, np.uint8)
+        self.kpos = np.empty(capacity, np.int64)
+        self.klen = np.empty(capacity, np.int64)
+
+    def arrays(self) -> tuple:
+        return self.row, self.phy, self.ts, self.seq, self.hash, self.slow, self.kpos, self.klen
+
+    def batch(self, buf, recs: np.ndarray, m: int) -> pa.RecordBatch:
+        """The first ``m`` entries as :data:`ENTRY_SCHEMA` (copied out, so the buffers can be reused)."""
+        raw_hash = self.hash[:m].copy()
+        slow = np.flatnonzero(self.slow[:m])
+        if len(slow):
+            from rocketidx import messages as M
+            from rocketidx.keys import java_string_hash_py
+            mv = memoryview(buf)
+            for i in slow.tolist():  # malformed UTF-8 only: rare, decoded as Java decodes it
+                r = recs[self.row[i]]
+                topic = bytes(mv[r[M.REC_TOPIC_POS]:r[M.REC_TOPIC_POS] + r[M.REC_TOPIC_LEN]])
+                key = bytes(mv[self.kpos[i]:self.kpos[i] + self.klen[i]])
+                raw_hash[i] = java_string_hash_py(topic.decode("utf-8", "replace") + "#"
+                                                  + key.decode("utf-8", "replace"))
+        return pa.RecordBatch.from_arrays(
+            [pa.array(self.phy[:m].copy()), pa.array(self.seq[:m].copy()), pa.array(hash_to_key_hash(raw_hash)),
+             pa.array(self.ts[:m].copy())], schema=ENTRY_SCHEMA)
+
+
 def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = None) -> pa.RecordBatch:
     """The index entries of a records array (from :func:`rocketidx.messages.scan_records`).
 
     With the compiled kernel the keys are split and hashed straight from the segment bytes, so no key
-    string is ever built; an entry whose bytes are not valid UTF-8 is re-hashed here from its Java
-    decoding. Without it, the message columns are built and :func:`extract_entries` runs: same rows.
+    string is ever built; an entry whose bytes are not valid UTF-8 is re-hashed from its Java decoding.
+    Without it, the message columns are built and :func:`extract_entries` runs: the same rows.
     """
     from rocketidx import messages as M
     use_native = M.native_available() if native is None else native
     if not use_native:
         return extract_entries(M.records_to_batch(buf, seg, recs))
-    n = len(recs)
-    keys_len = np.maximum(recs[:, M.REC_KEYS_LEN], 0)
-    cap = n + int(((keys_len + 1) // 2).sum())
-    row = np.empty(cap, np.int64)
-    seq = np.empty(cap, np.int32)
-    raw_hash = np.empty(cap, np.int32)
-    slow = np.empty(cap, np.uint8)
-    kpos = np.empty(cap, np.int64)
-    klen = np.empty(cap, np.int64)
     recs = np.ascontiguousarray(recs)
-    m = M._native.entries(buf, recs, n, row, seq, raw_hash, slow, kpos, klen)
-    row, seq, raw_hash, slow = row[:m], seq[:m], raw_hash[:m], slow[:m]
-    if slow.any():
-        from rocketidx.keys import java_string_hash_py
-        mv = memoryview(buf)
-        for i in np.flatnonzero(slow).tolist():  # malformed UTF-8 only: rare, decoded as Java does
-            r = recs[row[i]]
-            topic = bytes(mv[r[M.REC_TOPIC_POS]:r[M.REC_TOPIC_POS] + r[M.REC_TOPIC_LEN]])
-            key = bytes(mv[kpos[i]:kpos[i] + klen[i]])
-            raw_hash[i] = java_string_hash_py(topic.decode("utf-8", "replace") + "#" + key.decode("utf-8", "replace"))
-    phy = recs[row, M.REC_PHY]
-    ts = recs[row, M.REC_STORE_TS]
-    return pa.RecordBatch.from_arrays(
-        [pa.array(phy, pa.int64()), pa.array(seq), pa.array(hash_to_key_hash(raw_hash)), pa.array(ts, pa.int64())],
-        schema=ENTRY_SCHEMA)
+    keys_len = np.maximum(recs[:, M.REC_KEYS_LEN], 0)
+    out = EntryBuffers(len(recs) + int(((keys_len + 1) // 2).sum()) + 1)
+    m = M._native.entries(buf, recs, len(recs), *out.arrays())
+    return out.batch(buf, recs, m)
 
 
 def rollback_count(recs: np.ndarray) -> int:

@@ -83,7 +83,7 @@ class _OpenFile:
     path: str
     fd: int
     header: Header
-    slots: np.ndarray  # native int32, the whole slot table
+    slots: np.ndarray  # the whole slot table, kept in the file's byte order so a flush writes it as is
     created_with: tuple[int, int]
 
 
@@ -125,7 +125,7 @@ class WindowWriter:
             header = Header(begin_timestamp=seed.end_timestamp, end_timestamp=seed.end_timestamp,
                             begin_phy_offset=seed.end_phy_offset, end_phy_offset=seed.end_phy_offset)
             created = (seed.end_phy_offset, seed.end_timestamp)
-        self.current = _OpenFile(path, fd, header, np.zeros(self.hash_slot_num, np.int32), created)
+        self.current = _OpenFile(path, fd, header, np.zeros(self.hash_slot_num, L.SLOT), created)
 
     def _finish_file(self) -> None:
         f = self.current
@@ -140,7 +140,7 @@ class WindowWriter:
         """Write the slot table's non-empty blocks and the header (the header last, as the broker does)."""
         slots = f.slots
         pad = (-len(slots)) % _SLOT_BLOCK
-        blocks = np.concatenate([slots, np.zeros(pad, np.int32)]).reshape(-1, _SLOT_BLOCK)
+        blocks = np.concatenate([slots.view(np.int32), np.zeros(pad, np.int32)]).reshape(-1, _SLOT_BLOCK)
         used = np.flatnonzero(blocks.any(axis=1))
         if len(used) * 4 > len(blocks):  # mostly used: one write beats many and holes save little
             used = np.arange(used[0], used[-1] + 1)
@@ -151,7 +151,7 @@ class WindowWriter:
             run_ends = np.concatenate((used[breaks], [used[-1]])) + 1
             for b0, b1 in zip(run_starts.tolist(), run_ends.tolist()):
                 lo, hi = b0 * _SLOT_BLOCK, min(b1 * _SLOT_BLOCK, len(slots))
-                os.pwrite(f.fd, slots[lo:hi].astype(L.SLOT), L.slots_offset() + lo * L.SLOT.itemsize)
+                os.pwrite(f.fd, slots[lo:hi], L.slots_offset() + lo * L.SLOT.itemsize)
         os.pwrite(f.fd, f.header.to_bytes(), 0)
 
     # -- entries --------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ class WindowWriter:
         path, header, created = self.suspended
         fd = os.open(path, os.O_RDWR)
         raw = os.pread(fd, self.hash_slot_num * L.SLOT.itemsize, L.slots_offset())
-        slots = np.frombuffer(raw, L.SLOT).astype(np.int32)
+        slots = np.frombuffer(raw, L.SLOT).copy()
         self.current = _OpenFile(path, fd, header, slots, created)
         self.suspended = None
 

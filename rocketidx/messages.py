@@ -556,6 +556,42 @@ def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = T
             return stop
 
 
+def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: bool = True,
+                      batch_records: int = 65536, native: bool | None = None):
+    """Like :func:`scan_records`, but yields ``(records array, entries batch)`` pairs.
+
+    With the compiled kernel both come from one pass over the bytes, while each record is in cache.
+    """
+    from rocketidx.entries import EntryBuffers, entries_from_records
+    use_native = _native is not None if native is None else native
+    if not use_native:
+        gen = scan_records(buf, seg, start, end, check_crc=check_crc, batch_records=batch_records, native=False)
+        while True:
+            try:
+                recs = next(gen)
+            except StopIteration as done:
+                return done.value
+            yield recs, entries_from_records(buf, seg, recs, native=False)
+    out = np.empty((batch_records, REC_COLS), np.int64)
+    ebuf = EntryBuffers(batch_records * 3)
+    p = start
+    while True:
+        n, m, p, code, a, b = _native.scan_entries(buf, seg.size, seg.base_offset, p, end, check_crc, out,
+                                                   *ebuf.arrays())
+        if n:
+            recs = out[:n].copy()
+            yield recs, ebuf.batch(buf, recs, m)
+        if code == 13:
+            if n == 0:  # one record has more keys than the entry buffers hold
+                ebuf.grow(ebuf.capacity * 2)
+            continue
+        if code == 0:
+            return ReadStop(seg.path, seg.base_offset, p, STOP_RANGE_END, "range ends")
+        if code == 1:
+            return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END, "segment ends after its last record")
+        return _native_stop(buf, seg, p, code, a, b)
+
+
 def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
     addr_len = np.where(v6, 16, 4)
     data, offs = gather_ranges(u8, pos, addr_len)
@@ -653,7 +689,7 @@ class RangeReader:
         self.stop: ReadStop | None = None
         self.records = 0
 
-    def record_chunks(self) -> Iterator[np.ndarray]:
+    def _chunks(self, scan):
         seg, start, end = self.range.segment, self.range.start, self.range.end
         first = find_first_record(self.buf, seg, start, end)
         if first is None:
@@ -661,20 +697,29 @@ class RangeReader:
                                  STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
                                  "no record starts in this range")
             return
-        gen = scan_records(self.buf, seg, first, end, check_crc=self.check_crc,
-                           batch_records=self.batch_records, native=self.native)
+        gen = scan(self.buf, seg, first, end, check_crc=self.check_crc, batch_records=self.batch_records,
+                   native=self.native)
         released = first
         while True:
             try:
-                recs = next(gen)
+                item = next(gen)
             except StopIteration as done:
                 self.stop = done.value
                 return
+            recs = item[0] if isinstance(item, tuple) else item
             self.records += len(recs)
-            yield recs
+            yield item
             last_end = int(recs[-1, REC_POS] + recs[-1, REC_TOTAL])
             _release(self.buf, released, last_end)
             released = last_end
+
+    def record_chunks(self) -> Iterator[np.ndarray]:
+        """Records arrays, ``batch_records`` rows at most each."""
+        return self._chunks(scan_records)
+
+    def entry_chunks(self) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
+        """(records array, entries batch) pairs: what the build needs, in one pass with the kernel."""
+        return self._chunks(scan_entry_chunks)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         for recs in self.record_chunks():
@@ -722,20 +767,29 @@ class CommitLogReader:
         self.bytes_read = 0
         self.segments_read = 0
 
-    def record_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray]]:
+    def _chunks(self, entries: bool):
         for seg in self.segments:
             buf = open_segment(seg)
             reader = RangeReader(buf, SegmentRange(seg, 0, seg.size), check_crc=self.check_crc,
                                  batch_records=self.batch_records, native=self.native)
-            for recs in reader.record_chunks():
+            for item in (reader.entry_chunks() if entries else reader.record_chunks()):
+                recs = item[0] if entries else item
                 self.records += len(recs)
-                yield seg, buf, recs
+                yield (seg, buf) + (item if entries else (item,))
             self.segments_read += 1
             self.stops.append(reader.stop)
             self.bytes_read += reader.stop.segment_offset
             self.stop = reader.stop
             if reader.stop.final:
                 return
+
+    def record_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray]]:
+        """(segment, buffer, records array) in CommitLog order."""
+        return self._chunks(False)
+
+    def entry_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray, pa.RecordBatch]]:
+        """(segment, buffer, records array, entries batch) in CommitLog order."""
+        return self._chunks(True)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         for seg, buf, recs in self.record_chunks():

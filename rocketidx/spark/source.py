@@ -59,12 +59,15 @@ ENTRY_ROWS = pa.schema([
 
 STOP_ROWS = pa.schema([
     ("range_index", pa.int32()),
+    ("path", pa.string()),
     ("segment", pa.string()),
     ("base_offset", pa.int64()),
+    ("segment_size", pa.int64()),
     ("range_start", pa.int64()),
     ("range_end", pa.int64()),
     ("first_record", pa.int64()),  # segment offset of the first record found, null when none starts here
     ("records", pa.int64()),
+    ("rollback_skipped", pa.int64()),
     ("segment_offset", pa.int64()),  # where this split's reading ended
     ("phy_offset", pa.int64()),
     ("kind", pa.string()),
@@ -492,7 +495,7 @@ class _Segment:
         from rocketidx.messages import open_segment
         from rocketidx.segments import Segment
         self.seg = Segment(part.path, part.base_offset, part.size)
-        self._tmp = None
+        self.complete = True
         if not is_uri(part.path):
             self.buf = open_segment(self.seg)
             self.hi = part.size
@@ -502,7 +505,7 @@ class _Segment:
         fs, remote = pafs.FileSystem.from_uri(part.path)
         self.hi = part.size if fetch_to is None else min(part.size, fetch_to)
         local_dir = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
-        fd, self._tmp = tempfile.mkstemp(prefix="rocketidx-seg-", dir=local_dir)
+        fd, tmp = tempfile.mkstemp(prefix="rocketidx-seg-", dir=local_dir)
         try:
             os.ftruncate(fd, part.size)  # sparse: bytes not fetched read as zeros and take no disk
             with fs.open_input_file(remote) as f:
@@ -517,12 +520,11 @@ class _Segment:
             self.buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
+            os.unlink(tmp)  # the mapping keeps the bytes; the name must not outlive a killed task
 
     def close(self) -> None:
-        if hasattr(self.buf, "close"):
-            self.buf.close()
-        if self._tmp:
-            os.unlink(self._tmp)
+        # Arrow batches and numpy views may still point into the mapping: let them release it.
+        self.buf = None
 
 
 def _peek(buf, seg, at: int, check_crc: bool):
@@ -539,84 +541,92 @@ def _peek(buf, seg, at: int, check_crc: bool):
 
 
 def _read_split(part: RangePartition, opts: SourceOptions, want: str) -> Iterator:
-    """Yield ``want`` ("messages", "entries" or nothing) batches of one split, then its RangeInfo."""
+    """Yield ``want`` ("messages", "entries" or nothing) batches of one split; return its RangeInfo."""
     fetch_to = None if not is_uri(part.path) else part.end + REMOTE_MARGIN_BYTES
     while True:
         view = _Segment(part, fetch_to)
         try:
-            out = []
-            info = yield from _read_view(view, part, opts, want, out)
+            info = yield from _read_view(view, part, opts, want)
         finally:
             view.close()
-        if view.hi >= part.size or _within(info, view.hi):
+        if view.complete:
             return info
-        # A remote split saw past what it fetched (a huge record, or a zero tail whose zeros must be
-        # checked to the segment's end): read it again with the rest of the segment. Nothing was
-        # yielded yet in that case, because _read_view holds batches back for remote splits.
+        # A remote split saw past what it fetched (a huge record, or a stop to be checked against the
+        # rest of the segment): read it again with the whole rest. Nothing was yielded in that case.
         fetch_to = part.size
 
 
-def _within(info: RangeInfo, hi: int) -> bool:
-    return info.stop_kind not in ("end_of_data",) and info.stop_offset + REMOTE_MARGIN_BYTES // 2 < hi
+def _within(info: RangeInfo, view: "_Segment") -> bool:
+    """Whether a remote split's read touched only fetched bytes (holes read as zeros, which could pass
+    for a zero tail or fail a CRC). A final stop is always rechecked against the whole segment."""
+    if view.hi >= info.size:
+        return True
+    if info.stop_kind in ("end_of_data", "corrupt"):
+        return False
+    at = info.stop_offset
+    if info.stop_kind != "range_end" or info.first is None:
+        return at + 8 <= view.hi
+    if at + 4 > view.hi:
+        return False
+    total = int.from_bytes(view.buf[at:at + 4], "big", signed=True)
+    return at + max(total, 8) <= view.hi
 
 
-def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: str, held: list):
+def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: str):
     import numpy as np
     from rocketidx import messages as M
-    from rocketidx.entries import entries_from_records, rollback_count
+    from rocketidx.entries import rollback_count
     from rocketidx.segments import SegmentRange
     from rocketidx.windows import assign_windows
 
     seg, buf = view.seg, view.buf
     remote = view.hi < part.size
+    held: list[pa.RecordBatch] = []  # a partial remote fetch yields only once it proved sufficient
     reader = M.RangeReader(buf, SegmentRange(seg, part.start, part.end), check_crc=opts.check_crc,
                            batch_records=opts.batch_records)
     first = None
     records = rollback = indexed = n_entries = 0
     mismatch = None
-    u8 = np.frombuffer(buf, np.uint8, seg.size) if seg.size else np.zeros(0, np.uint8)
-    for recs in reader.record_chunks():
+    chunks = reader.entry_chunks() if want == "entries" else reader.record_chunks()
+    for item in chunks:
+        recs, entries = item if want == "entries" else (item, None)
         if first is None:
             first = int(recs[0, M.REC_POS])
-        phy = M.phy_offsets(u8, recs)
-        bad = phy != seg.base_offset + recs[:, M.REC_POS]
+        pos = seg.base_offset + recs[:, M.REC_POS]
+        bad = recs[:, M.REC_PHY] != pos
         if mismatch is None and bad.any():
             mismatch = int(recs[int(np.argmax(bad)), M.REC_POS])
-        keep = ~skip_mask(phy, opts.skip_offsets) if opts.skip_offsets else None
-        if opts.from_time_ms is not None or opts.to_time_ms is not None:
-            ts = M.store_timestamps(u8, recs)
-            in_time = np.ones(len(recs), bool)
-            if opts.from_time_ms is not None:
-                in_time &= ts >= opts.from_time_ms
-            if opts.to_time_ms is not None:
-                in_time &= ts < opts.to_time_ms
-            keep = in_time if keep is None else keep & in_time
+        keep = _keep(pos, recs[:, M.REC_STORE_TS], opts)
         if keep is not None and not keep.all():
             recs = recs[keep]
+            if entries is not None:
+                # PHYSICALOFFSET is the record's position here (a mismatch fails the build before it commits).
+                e_keep = _keep(entries.column("phy_offset").to_numpy(),
+                               entries.column("store_timestamp_ms").to_numpy(), opts)
+                entries = entries.filter(pa.array(e_keep))
             if not len(recs):
                 continue
         records += len(recs)
+        rollback += rollback_count(recs)
         if want == "messages":
             batch = M.records_to_batch(buf, seg, recs)
-            (held.append if remote else _noop)(batch)
-            if not remote:
-                yield batch
         elif want == "entries":
-            rollback += rollback_count(recs)
-            e = entries_from_records(buf, seg, recs)
-            seq = e.column("entry_seq")
+            seq = entries.column("entry_seq")
             indexed += int(np.count_nonzero(seq.to_numpy() == 0))
-            n_entries += e.num_rows
-            ts = e.column("store_timestamp_ms")
+            n_entries += entries.num_rows
+            ts = entries.column("store_timestamp_ms")
             batch = pa.RecordBatch.from_arrays(
-                [pa.array(assign_windows(ts.to_numpy(), opts.window_ms)), e.column("phy_offset"), seq,
-                 e.column("key_hash"), ts, pa.nulls(e.num_rows, pa.binary())], schema=ENTRY_ROWS)
-            (held.append if remote else _noop)(batch)
-            if not remote:
-                yield batch
+                [pa.array(assign_windows(ts.to_numpy(), opts.window_ms)), entries.column("phy_offset"), seq,
+                 entries.column("key_hash"), ts, pa.nulls(entries.num_rows, pa.binary())], schema=ENTRY_ROWS)
         else:
-            rollback += rollback_count(recs)
+            continue
+        if remote:
+            held.append(batch)
+        else:
+            yield batch
     stop = reader.stop
+    if first is None and stop.kind not in (M.STOP_RANGE_END, M.STOP_SEGMENT_END):
+        first = stop.segment_offset  # the split's first record is the one it stopped on
     if stop.kind == M.STOP_RANGE_END and first is not None and stop.segment_offset < seg.size:
         # The chain leads into a later split's bytes: judge that record here, because a later split
         # resynchronises on the first *valid* record and would silently step over an invalid one.
@@ -626,15 +636,26 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
     info = RangeInfo(part.index, part.path, part.base_offset, part.size, part.start, part.end, first,
                      stop.segment_offset, stop.kind, stop.reason, records, rollback, indexed, n_entries,
                      mismatch)
-    if remote and _within(info, view.hi):
+    view.complete = not remote or _within(info, view)
+    if remote and view.complete:
         yield from held
-    if stop.kind == M.STOP_CORRUPT:
+    if stop.kind == M.STOP_CORRUPT and view.complete:
         log.warning("reading %s stopped at byte %d: %s", part.path, stop.segment_offset, stop.reason)
     return info
 
 
-def _noop(_):
-    return None
+def _keep(pos, store_ts, opts: SourceOptions):
+    """Mask of the records (or entries) the offset skips and the time range keep; None keeps all."""
+    import numpy as np
+    keep = ~skip_mask(pos, opts.skip_offsets) if opts.skip_offsets else None
+    if opts.from_time_ms is not None or opts.to_time_ms is not None:
+        in_time = np.ones(len(store_ts), bool)
+        if opts.from_time_ms is not None:
+            in_time &= store_ts >= opts.from_time_ms
+        if opts.to_time_ms is not None:
+            in_time &= store_ts < opts.to_time_ms
+        keep = in_time if keep is None else keep & in_time
+    return keep
 
 
 def read_split(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordBatch]:
@@ -655,18 +676,19 @@ def read_split(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordB
 
 def _stop_batch(info: RangeInfo) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([{
-        "range_index": info.index, "segment": info.path.rsplit("/", 1)[-1], "base_offset": info.base_offset,
-        "range_start": info.start, "range_end": info.end, "first_record": info.first, "records": info.records,
-        "segment_offset": info.stop_offset, "phy_offset": info.base_offset + info.stop_offset,
+        "range_index": info.index, "path": info.path, "segment": info.path.rsplit("/", 1)[-1],
+        "base_offset": info.base_offset, "segment_size": info.size, "range_start": info.start,
+        "range_end": info.end, "first_record": info.first, "records": info.records,
+        "rollback_skipped": info.rollback, "segment_offset": info.stop_offset, "phy_offset": info.base_offset + info.stop_offset,
         "kind": info.stop_kind, "reason": info.stop_reason}], schema=STOP_ROWS)
 
 
 def info_from_stop_row(row) -> RangeInfo:
     """A :class:`RangeInfo` back from a row of the ``stops`` output (counters other than records are 0)."""
     get = row.asDict() if hasattr(row, "asDict") else dict(row)
-    seg_path = get["segment"]
-    return RangeInfo(get["range_index"], seg_path, get["base_offset"], 0, get["range_start"], get["range_end"],
-                     get["first_record"], get["segment_offset"], get["kind"], get["reason"], get["records"])
+    return RangeInfo(get["range_index"], get["path"], get["base_offset"], get["segment_size"], get["range_start"],
+                     get["range_end"], get["first_record"], get["segment_offset"], get["kind"], get["reason"],
+                     get["records"], get["rollback_skipped"])
 
 
 # --- the Spark data source ------------------------------------------------------------------------

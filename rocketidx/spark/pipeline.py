@@ -1,0 +1,266 @@
+"""The Spark build: CommitLog -> committed index output, with the same bytes as the in-process build.
+
+In: a CommitLog (or store) directory, an output directory, a :class:`BuildConfig`, a SparkSession (or
+one is made), and optional offset/time filters. Out: ``OUT/index/<files>``, ``OUT/_manifest.json``,
+``OUT/_SUCCESS``, and ``(manifest, BuildSummary)`` exactly as :func:`rocketidx.build.build_index`
+returns them.
+
+The plan (one Spark job, two stages)::
+
+    rocketmq-commitlog source, output=entries        splits of split_bytes; key hashes computed here
+      -> repartition(n, window's partition key)      a window lives in exactly one partition; every
+                                                     split's info row is copied to every partition
+      -> sortWithinPartitions(window, phy_offset, entry_seq)
+      -> mapInArrow(write_partition)                 IndexFiles into attempt-unique task directories
+      -> collect the manifest rows (files, windows, splits) to the driver
+    driver: resolve the stops, validate, move the files into the version directory, output.commit
+
+Stays true: the files and the manifest equal the in-process build's for any split size and any
+number of partitions; only small manifest rows reach the driver; a failed or killed job leaves the
+previous output as it was (``output.commit`` swaps ``OUT/current`` only after everything is in place),
+and ``OUT/.lock`` keeps two builds of the same output apart.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+
+from rocketidx.build import BuildSummary, manifest_header
+from rocketidx.config import BuildConfig
+from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
+from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, RangeInfo, ResolvedStops, SourceOptions,
+                                    is_uri, list_store_segments, plan_partitions, register, resolve_stops,
+                                    resolved_whole)
+from rocketidx.spark.writer import TASKS_DIR, WRITER_ROWS, WriterParams, write_partition
+
+log = logging.getLogger(__name__)
+
+
+# --- partitioning -------------------------------------------------------------------------------
+
+def _murmur3_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash()`` of a bigint (``Murmur3_x86_32.hashLong``), as a signed 32-bit int."""
+    m = 0xFFFFFFFF
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & m
+
+    h = seed & m
+    for k in (value & m, (value >> 32) & m):
+        k = (k * 0xCC9E2D51) & m
+        k = rotl(k, 15)
+        k = (k * 0x1B873593) & m
+        h ^= k
+        h = rotl(h, 13)
+        h = (h * 5 + 0xE6546B64) & m
+    h ^= 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & m
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & m
+    h ^= h >> 16
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_keys(n: int) -> list[int]:
+    """For each partition p < n a bigint whose Spark hash partitioning lands in p.
+
+    Windows go round-robin (``window mod n``), which balances consecutive windows far better than
+    hashing the window id itself: 24 hourly windows on 2 partitions hash to 12±2.5 each. Correctness
+    does not depend on this mapping, only balance: entries and info copies go through the same keys.
+    """
+    keys: dict[int, int] = {}
+    k = 0
+    while len(keys) < n:
+        keys.setdefault(_murmur3_long(k) % n, k)
+        k += 1
+    return [keys[p] for p in range(n)]
+
+
+def entries_frame(spark, opts: SourceOptions):
+    """The entry stage: ``spark.read.format("rocketmq-commitlog")`` with ``output=entries``."""
+    register(spark)
+    return spark.read.format(SOURCE_NAME).options(**replace(opts, output="entries").as_options()).load()
+
+
+def partition_entries(entries, n: int):
+    """The window stage: each window in exactly one of ``n`` partitions, info copies to each, sorted by
+    ``(window nulls first, phy_offset, entry_seq)`` so every writer sees the info rows first."""
+    from pyspark.sql import functions as F
+    keys = F.array(*[F.lit(k).cast("long") for k in partition_keys(n)])
+    slot = F.pmod(F.coalesce(F.col("window"), F.col("entry_seq").cast("long")), F.lit(n)).cast("int")
+    return (entries.repartition(n, F.element_at(keys, slot + 1))
+            .sortWithinPartitions(F.col("window").asc_nulls_first(), "phy_offset", "entry_seq"))
+
+
+# --- the build ------------------------------------------------------------------------------------
+
+def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
+                      spark=None, master: str | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
+                      from_offset: int | None = None, to_offset: int | None = None,
+                      from_time_ms: int | None = None, to_time_ms: int | None = None,
+                      shuffle_partitions: int | None = None) -> tuple[dict, BuildSummary]:
+    """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
+
+    ``spark``: a session to use (else one is joined or created, ``master`` default ``local[*]``);
+    ``shuffle_partitions``: writer partitions (default: the session's default parallelism).
+    """
+    from rocketidx.output import commit, new_staging, output_lock
+
+    t0 = time.monotonic()
+    commitlog, out = str(commitlog), str(out)
+    if is_uri(out):
+        raise ConfigError("out", out, "the output must be a local or mounted path for now: the commit "
+                                      "swaps a symlink, which HDFS and object stores do not have")
+    if split_bytes <= 0:
+        raise ConfigError("split_bytes", split_bytes, "must be positive")
+    if shuffle_partitions is not None and shuffle_partitions < 1:
+        raise ConfigError("shuffle_partitions", shuffle_partitions, "must be positive")
+    segments = list_store_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
+    if spark is None:
+        from rocketidx.spark.session import get_session
+        spark = get_session(master=master)
+    n = shuffle_partitions or spark.sparkContext.defaultParallelism
+    # Pin the end: a live broker may add a segment between this listing and the source's own.
+    end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
+    opts = SourceOptions(path=commitlog, output="entries", from_offset=from_offset, to_offset=end,
+                         from_time_ms=from_time_ms, to_time_ms=to_time_ms, check_crc=config.check_crc,
+                         split_bytes=split_bytes, batch_records=config.batch_records,
+                         window_ms=config.window_ms, stop_replicas=n)
+    summary = BuildSummary(segments=len(segments))
+    with output_lock(out):
+        staging = new_staging(out)
+        try:
+            rows, resolved, splits = _run(spark, opts, staging, config, n, segments)
+            files, windows, skipped = validate(rows, resolved, config)
+            stage_files(staging, rows, files)
+            summary.bytes_read = resolved.bytes_read
+            summary.messages = resolved.messages
+            summary.messages_indexed = resolved.indexed
+            summary.rollback_skipped = resolved.rollback
+            summary.below_end_phy_offset_skipped = skipped
+            summary.entries = resolved.entries - skipped
+            summary.windows = windows
+            summary.files = len(files)
+            summary.stop = resolved.stop
+            summary.stops = list(resolved.stops)
+            summary.wall_s = round(time.monotonic() - t0, 3)
+            manifest = manifest_header(config, segments, summary)
+            filters = {k: v for k, v in (("from_offset", from_offset), ("to_offset", to_offset),
+                                         ("from_time_ms", from_time_ms), ("to_time_ms", to_time_ms))
+                       if v is not None}
+            if filters:  # only then: an unfiltered build's manifest equals the in-process one
+                manifest["filters"] = filters
+            manifest = commit(out, staging, files, manifest, config.tzinfo)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    log.info("spark build: %d splits, %d partitions, %d files in %.2fs", splits, n, summary.files, summary.wall_s)
+    return manifest, summary
+
+
+def _run(spark, opts: SourceOptions, staging: Path, config: BuildConfig, n: int, segments):
+    """Run the job; when splits disagree on where records start, once more with those segments whole."""
+    for _ in range(2):
+        parts = plan_partitions(segments, opts)
+        if not parts:
+            return [], resolve_stops([]), 0
+        params = WriterParams(str(staging), config.hash_slot_num, config.index_num, config.window_ms, len(parts))
+        df = partition_entries(entries_frame(spark, opts), n).mapInArrow(
+            partial(write_partition, params=params), _spark_schema(WRITER_ROWS))
+        rows = [r.asDict() for r in df.collect()]
+        infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
+        if len({i.index for i in infos}) != len(parts):
+            raise RocketIdxError(f"the writers returned {len({i.index for i in infos})} of {len(parts)} split "
+                                 "infos; is an AQE or shuffle setting merging the info copies?")
+        resolved = resolve_stops(infos)
+        if resolved.phy_mismatch:
+            path, offset = resolved.phy_mismatch[0]
+            raise CorruptRecordError(path, offset, "PHYSICALOFFSET field differs from the record's own offset; "
+                                                   "the Spark build orders entries by it, so build this "
+                                                   "CommitLog in process (rocketidx build without Spark)")
+        if not resolved.chain_breaks:
+            return rows, resolved, len(parts)
+        log.warning("splits disagree on where records start (%s); rereading those segments as one split",
+                    "; ".join(map(str, resolved.chain_breaks)))
+        shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
+        opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
+    raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
+
+
+def _spark_schema(schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return from_arrow_schema(schema)
+
+
+def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
+    """Check the writers' manifest rows before anything is committed. Returns (files, windows, skipped).
+
+    Each window was written by exactly one task, its files are numbered 0..k-1, every file but the
+    last of a window is full, a rolled file was seeded from its predecessor's end, and the entries
+    written add up to the entries read minus the ``buildIndex`` below-end skips.
+    """
+    from rocketidx.indexfile import FileInfo, Header
+    window_rows = [r for r in rows if r["kind"] == "window"]
+    by_window: dict[int, dict] = {}
+    for r in window_rows:
+        if r["window_id"] in by_window:
+            raise RocketIdxError(f"window {r['window_id']} was written by two tasks "
+                                 f"({by_window[r['window_id']]['task_dir']}, {r['task_dir']})")
+        by_window[r["window_id"]] = r
+    files_by_window: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "file":
+            files_by_window.setdefault(r["window_id"], []).append(r)
+    files: list[FileInfo] = []
+    written = 0
+    for wid in sorted(set(files_by_window) | set(by_window)):
+        wrow = by_window.get(wid)
+        frows = sorted(files_by_window.get(wid, []), key=lambda r: r["seq"])
+        if wrow is None or not frows:
+            raise RocketIdxError(f"window {wid}: files and window summary do not match")
+        if [r["seq"] for r in frows] != list(range(len(frows))) or {r["task_dir"] for r in frows} != {wrow["task_dir"]}:
+            raise RocketIdxError(f"window {wid}: files {[r['name'] for r in frows]} are not one task's 0..k-1")
+        prev = None
+        for r in frows:
+            header = Header(r["begin_timestamp"], r["end_timestamp"], r["begin_phy_offset"], r["end_phy_offset"],
+                            r["hash_slot_count"], r["index_count"])
+            seed = (0, 0) if prev is None else (prev.end_phy_offset, prev.end_timestamp)
+            if (r["created_with_end_phy_offset"], r["created_with_end_timestamp"]) != seed:
+                raise RocketIdxError(f"window {wid} file {r['seq']}: not seeded from its predecessor's end")
+            if prev is not None and prev.index_count != config.index_num:
+                raise RocketIdxError(f"window {wid} file {r['seq'] - 1}: rolled over before it was full")
+            if r["entries"] != header.index_count - 1 or r["entries"] <= 0:
+                raise RocketIdxError(f"window {wid} file {r['seq']}: entries do not match its header")
+            files.append(FileInfo(r["name"], wid, r["window_start_ms"], r["seq"], header,
+                                  r["created_with_end_phy_offset"], r["created_with_end_timestamp"]))
+            prev = header
+        if sum(r["entries"] for r in frows) != wrow["entries"]:
+            raise RocketIdxError(f"window {wid}: files hold {sum(r['entries'] for r in frows)} entries, "
+                                 f"the writer put {wrow['entries']}")
+        written += wrow["entries"]
+    skipped = sum(r["skipped_below_end"] for r in window_rows)
+    if written + skipped != resolved.entries:
+        raise RocketIdxError(f"entries read ({resolved.entries}) != written ({written}) + skipped below "
+                             f"endPhyOffset ({skipped}): the writers lost or duplicated entries")
+    return files, len(by_window), skipped
+
+
+def stage_files(staging: Path, rows: list[dict], files) -> None:
+    """Move each validated file from its task directory to ``staging/index/<staging name>``; drop the
+    rest of ``_tasks`` (files of failed or speculative attempts that lost)."""
+    task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
+    for f in files:
+        task_dir, size = task_of[(f.window_id, f.seq)]
+        src = staging / task_dir / f.name
+        if not src.exists():
+            raise FileNotFoundError(f"staged index file missing: {src}")
+        if src.stat().st_size != size:
+            raise RocketIdxError(f"{src}: {src.stat().st_size} bytes, expected {size}")
+        os.rename(src, staging / "index" / f.name)
+    shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)

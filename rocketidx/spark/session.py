@@ -1,0 +1,129 @@
+"""SparkSession for rocketidx: join the one spark-submit made, or create a local one.
+
+In: an optional master, Spark settings (``conf/spark.json``: section ``spark`` of ``spark.*`` settings,
+plus ``split_bytes`` and ``shuffle_partitions``). Out: a SparkSession with the ``rocketmq-commitlog``
+source registered, and a frozen :class:`SparkSettings`.
+
+Stays true: a session started by ``spark-submit`` (or a notebook's) keeps the master and settings it was
+given; a session created here is ``local[*]`` unless told otherwise, runs its Python workers on this very
+interpreter (``PYSPARK_PYTHON``), and logs only warnings.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from rocketidx.errors import ConfigError
+from rocketidx.spark.source import DEFAULT_SPLIT_BYTES, parse_size
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MASTER = "local[*]"
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Spark-side settings: how to split the CommitLog, how many writer partitions, and ``spark.*``."""
+
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    shuffle_partitions: int | None = None  # None: the session's default parallelism
+    master: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkSettings:
+    """Settings from JSON files (later files win): top-level ``split_bytes``, ``shuffle_partitions``,
+    ``master`` and a ``spark`` section of ``spark.*`` settings; then non-None ``overrides``."""
+    split, parts, master, conf = DEFAULT_SPLIT_BYTES, None, None, {}
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError("spark_conf", str(path), f"cannot read: {e}") from e
+        unknown = set(data) - {"split_bytes", "shuffle_partitions", "master", "spark", "index"}
+        if unknown:
+            raise ConfigError("spark_conf", str(path), f"unknown settings {sorted(unknown)}")
+        if "split_bytes" in data:
+            split = parse_size(data["split_bytes"], "split_bytes")
+        if data.get("shuffle_partitions"):
+            parts = int(data["shuffle_partitions"])
+        master = data.get("master", master)
+        section = data.get("spark", {})
+        if not isinstance(section, dict) or any(not str(k).startswith("spark.") for k in section):
+            raise ConfigError("spark", section, "expected an object of spark.* settings")
+        conf.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in section.items()})
+    settings = SparkSettings(split, parts, master, conf)
+    kw = {k: v for k, v in overrides.items() if v is not None}
+    if "split_bytes" in kw:
+        kw["split_bytes"] = parse_size(kw["split_bytes"], "split_bytes")
+    if kw.get("shuffle_partitions") is not None and int(kw["shuffle_partitions"]) < 1:
+        raise ConfigError("shuffle_partitions", kw["shuffle_partitions"], "must be positive")
+    return SparkSettings(**{**settings.__dict__, **kw})
+
+
+def launched_by_spark_submit() -> bool:
+    """True inside a driver that spark-submit (or the pyspark shell) started: it already chose a master."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, *, app_name: str = "rocketidx",
+                log_level: str = "WARN"):
+    """The active session, else a new one (``local[*]`` unless ``master`` or spark-submit says otherwise).
+
+    ``conf`` only applies to a session created here (a running one keeps its settings; the
+    runtime SQL settings among them are set on it).
+    """
+    from pyspark.sql import SparkSession
+
+    from rocketidx.spark.source import register
+
+    conf = dict(conf or {})
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        builder = SparkSession.builder.appName(app_name)
+        submitted = launched_by_spark_submit()
+        if master or not submitted:
+            builder = builder.master(master or DEFAULT_MASTER)
+        if not submitted:
+            # Local workers must run this interpreter: the one that has rocketidx and its numpy/pyarrow.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        for k, v in conf.items():
+            builder = builder.config(k, v)
+        spark = builder.getOrCreate()
+    else:
+        for k, v in conf.items():
+            if k.startswith("spark.sql.") and spark.conf.isModifiable(k):
+                spark.conf.set(k, v)
+    spark.sparkContext.setLogLevel(log_level)
+    register(spark)
+    return spark
+
+
+def build_py_files(dest_dir: str | os.PathLike) -> Path:
+    """Zip the rocketidx package's Python sources for ``spark-submit --py-files`` (returns the zip).
+
+    Executors then import rocketidx from the zip; numpy, pyarrow and pandas must be installed where
+    they run (or ship a packed environment with ``--archives``). A compiled ``_native`` module cannot be
+    imported from a zip, so executors use the numpy path unless rocketidx is installed there.
+    """
+    import rocketidx
+    root = Path(rocketidx.__file__).resolve().parent
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / "rocketidx.zip"
+    tmp = target.with_suffix(".zip.tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for p in sorted(root.rglob("*.py")):
+            if "__pycache__" not in p.parts:
+                z.write(p, Path("rocketidx") / p.relative_to(root))
+    os.replace(tmp, target)
+    return target

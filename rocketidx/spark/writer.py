@@ -1,0 +1,206 @@
+"""The mapInArrow IndexFile writer: one shuffle partition's sorted entries -> IndexFiles + manifest rows.
+
+In: a partition's Arrow batches of :data:`rocketidx.spark.source.ENTRY_ROWS`, sorted by
+``(window nulls first, phy_offset, entry_seq)``: every split's info row first (the partitioner gives
+each writer partition its own copy), then the entries of each window it owns, window after window.
+Out: Arrow batches of :data:`WRITER_ROWS`: one ``file`` row per IndexFile written (the manifest row the
+driver validates before it commits), one ``window`` row per window (entries, below-end skips), and,
+from the partition holding copy 0, one ``range`` row per split (its :class:`RangeInfo`).
+
+Stays true:
+* every partition resolves the same stops from the same info rows (:func:`resolve_stops`) and drops
+  the entries the broker's recovery would never read (after the first final stop, after a blank), so
+  no message is ever sent back to the driver;
+* entries reach the core :class:`WindowWriter` in CommitLog order, one window at a time: memory is one
+  slot table plus one batch, whatever the window's size;
+* files go into a directory unique to the task attempt (``_tasks/p<partition>-t<attempt id>-<random>``
+  under the staging version directory), so a retried or speculative attempt never touches another's
+  files; on an output pyarrow.fs opens, each file is built on the executor's local disk and uploaded
+  once closed, because HDFS and object stores cannot update a file in place.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+
+TASKS_DIR = "_tasks"  # under the staging version directory; emptied before the commit
+
+WRITER_ROWS = pa.schema([
+    ("kind", pa.string()),  # file | window | range
+    ("partition", pa.int32()),
+    ("task_dir", pa.string()),  # relative to the staging directory
+    ("name", pa.string()),  # staging name <window start 15 digits>_<seq 4 digits>
+    ("window_id", pa.int64()),
+    ("window_start_ms", pa.int64()),
+    ("seq", pa.int32()),
+    ("begin_timestamp", pa.int64()),
+    ("end_timestamp", pa.int64()),
+    ("begin_phy_offset", pa.int64()),
+    ("end_phy_offset", pa.int64()),
+    ("hash_slot_count", pa.int32()),
+    ("index_count", pa.int32()),
+    ("created_with_end_phy_offset", pa.int64()),
+    ("created_with_end_timestamp", pa.int64()),
+    ("size", pa.int64()),
+    ("entries", pa.int64()),
+    ("skipped_below_end", pa.int64()),
+    ("info", pa.binary()),
+])
+
+
+@dataclass(frozen=True)
+class WriterParams:
+    """What every writer task needs; small and picklable."""
+
+    staging: str  # the version directory (local path, or URI)
+    hash_slot_num: int
+    index_num: int
+    window_ms: int
+    num_ranges: int  # info rows each partition must see
+
+
+def _rows(rows: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(rows, schema=WRITER_ROWS)
+
+
+class _Destination:
+    """Where a task attempt's files go: straight into the staging directory when it is a local (or
+    mounted) path, else built in a local scratch directory and uploaded through pyarrow.fs."""
+
+    def __init__(self, params: WriterParams, task_dir: str):
+        from rocketidx.spark.source import is_uri
+        self.remote = is_uri(params.staging)
+        self.task_dir = task_dir
+        if self.remote:
+            import pyarrow.fs as pafs
+            self.fs, root = pafs.FileSystem.from_uri(params.staging)
+            self.target = root.rstrip("/") + "/" + task_dir
+            self.fs.create_dir(self.target, recursive=True)
+            base = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
+            self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=base)
+        else:
+            self.local = os.path.join(params.staging, task_dir)
+            os.makedirs(self.local)
+
+    def publish(self, names: list[str]) -> None:
+        if not self.remote:
+            return
+        for name in names:
+            src = os.path.join(self.local, name)
+            with open(src, "rb") as f, self.fs.open_output_stream(f"{self.target}/{name}") as out:
+                shutil.copyfileobj(f, out, 8 * 1024**2)
+            os.unlink(src)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.local, ignore_errors=True)
+        if self.remote:
+            try:
+                self.fs.delete_dir(self.target)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        if self.remote:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+
+def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> Iterator[pa.RecordBatch]:
+    """The mapInArrow function: write this partition's windows, yield the manifest rows."""
+    import numpy as np
+    import pyarrow.compute as pc
+    from pyspark import TaskContext
+
+    from rocketidx import layout as L
+    from rocketidx.errors import RocketIdxError
+    from rocketidx.indexfile import WindowWriter
+    from rocketidx.spark.source import RangeInfo, resolve_stops, skip_mask
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx else 0
+    attempt = ctx.taskAttemptId() if ctx else 0
+    task_dir = f"{TASKS_DIR}/p{partition:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
+    dest = None
+    infos: dict[int, RangeInfo] = {}
+    copies: set[int] = set()
+    skip = None
+    writer: WindowWriter | None = None
+    done_windows: set[int] = set()
+    size = L.index_file_size(params.hash_slot_num, params.index_num)
+
+    def finish(w: WindowWriter) -> pa.RecordBatch:
+        files = w.close()
+        dest.publish([f.name for f in files])
+        rows = [dict(f.as_row(), kind="file", partition=partition, task_dir=task_dir, seq=f.seq,
+                     created_with_end_phy_offset=f.created_with_end_phy_offset,
+                     created_with_end_timestamp=f.created_with_end_timestamp, size=size, entries=f.entries)
+                for f in files]
+        rows.append({"kind": "window", "partition": partition, "task_dir": task_dir, "window_id": w.window_id,
+                     "window_start_ms": w.window_id * params.window_ms, "entries": w.entries,
+                     "skipped_below_end": w.skipped_below_end})
+        return _rows(rows)
+
+    try:
+        for batch in batches:
+            window = batch.column("window")
+            if window.null_count:
+                is_info = window.is_null()
+                info_rows = batch.filter(is_info)
+                for raw, copy in zip(info_rows.column("info").to_pylist(), info_rows.column("entry_seq").to_pylist()):
+                    info = RangeInfo.from_json(raw)
+                    infos[info.index] = info
+                    copies.add(copy)
+                batch = batch.filter(pc.invert(is_info))
+                if batch.num_rows == 0:
+                    continue
+            if skip is None:
+                # Info rows sort first, so every one of them has arrived by the first entry.
+                if len(infos) != params.num_ranges:
+                    raise RocketIdxError(f"writer partition {partition} saw {len(infos)} of {params.num_ranges} "
+                                         "split infos before its first entry; the shuffle lost rows")
+                skip = resolve_stops(infos.values()).skip_intervals
+            w = batch.column("window").to_numpy()
+            phy = batch.column("phy_offset").to_numpy()
+            kh = batch.column("key_hash").to_numpy()
+            ts = batch.column("store_timestamp_ms").to_numpy()
+            if skip:
+                keep = ~skip_mask(phy, skip)
+                if not keep.all():
+                    w, phy, kh, ts = w[keep], phy[keep], kh[keep], ts[keep]
+            if len(w) == 0:
+                continue
+            cuts = np.flatnonzero(w[1:] != w[:-1]) + 1
+            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(w)]):
+                wid = int(w[lo])
+                if writer is None or writer.window_id != wid:
+                    if writer is not None:
+                        done_windows.add(writer.window_id)
+                        yield finish(writer)
+                        writer = None
+                    if wid in done_windows or (done_windows and wid < max(done_windows)):
+                        raise RocketIdxError(f"writer partition {partition}: window {wid} arrived out of order; "
+                                             "entries must be sorted by (window, phy_offset, entry_seq)")
+                    if dest is None:
+                        dest = _Destination(params, task_dir)
+                    writer = WindowWriter(dest.local, wid, params.window_ms, params.hash_slot_num,
+                                          params.index_num)
+                writer.add(phy[lo:hi], kh[lo:hi], ts[lo:hi])
+        if writer is not None:
+            yield finish(writer)
+            writer = None
+        if 0 in copies:
+            yield _rows([{"kind": "range", "partition": partition, "info": i.to_json()}
+                         for i in sorted(infos.values(), key=lambda i: i.index)])
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        if dest is not None:
+            dest.discard()
+        raise
+    if dest is not None:
+        dest.close()
