@@ -758,8 +758,9 @@ class CommitLogReader:
     """
 
     def __init__(self, segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536,
-                 native: bool | None = None):
+                 native: bool | None = None, start_offset: int | None = None):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
         self.native = native
         self.stop: ReadStop | None = None
         self.stops: list[ReadStop] = []
@@ -770,7 +771,10 @@ class CommitLogReader:
     def _chunks(self, entries: bool):
         for seg in self.segments:
             buf = open_segment(seg)
-            reader = RangeReader(buf, SegmentRange(seg, 0, seg.size), check_crc=self.check_crc,
+            start = 0
+            if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
+                start = self.start_offset - seg.base_offset
+            reader = RangeReader(buf, SegmentRange(seg, start, seg.size), check_crc=self.check_crc,
                                  batch_records=self.batch_records, native=self.native)
             for item in (reader.entry_chunks() if entries else reader.record_chunks()):
                 recs = item[0] if entries else item
