@@ -17,6 +17,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
@@ -97,21 +98,33 @@ class WindowSet:
 
 
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
-                *, segments: list[Segment] | None = None, progress=None,
-                native: bool | None = None) -> tuple[dict, BuildSummary]:
-    """Build and commit the index of a CommitLog. Returns (manifest, summary)."""
+                *, segments: list[Segment] | None = None, progress=None, native: bool | None = None,
+                start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None
+                ) -> tuple[dict, BuildSummary]:
+    """Build and commit the index of a CommitLog. Returns (manifest, summary).
+
+    ``start_offset``: read from the first record at or after this absolute offset (a backfill's range);
+    ``skip_entries``: drop the first entries of the message at ``start_offset`` (already indexed in the
+    file the range continues); ``name_after``: every file name must sort after this one.
+    """
     t0 = time.monotonic()
-    segments = segments if segments is not None else list_segments(commitlog)
+    segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
     with output_lock(out):
         staging = new_staging(out)
         windows = WindowSet(str(staging / "index"), config)
         try:
             reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
-                                     native=native)
+                                     native=native, start_offset=start_offset)
             for seg, buf, recs, entries in reader.entry_chunks():
                 summary.messages += len(recs)
                 summary.rollback_skipped += rollback_count(recs)
+                if skip_entries and start_offset is not None:
+                    seq = entries.column("entry_seq").to_numpy()
+                    phy0 = entries.column("phy_offset").to_numpy()
+                    keep = ~((phy0 == start_offset) & (seq < skip_entries))
+                    if not keep.all():
+                        entries = entries.filter(pa.array(keep))
                 phy = entries.column("phy_offset").to_numpy()
                 summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
                 ts = entries.column("store_timestamp_ms").to_numpy()
@@ -134,7 +147,7 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         summary.files = len(files)
         summary.wall_s = round(time.monotonic() - t0, 3)
         manifest = manifest_header(config, segments, summary)
-        manifest = commit(out, staging, files, manifest, config.tzinfo)
+        manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
     return manifest, summary
 
 

@@ -74,6 +74,17 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
     d.add_argument("--messages", type=_positive_int, default=300_000)
 
+    bf = sub.add_parser("backfill", help="rebuild the index range a crashed broker lost, into its stopped store")
+    bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
+    bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    bf.add_argument("--window", type=_duration("window"), default=0,
+                    help="window length of the new files (default 0: one sequence, as the broker writes)")
+    bf.add_argument("--hash-slots", type=_positive_int, default=None, help="default: the broker's 5000000")
+    bf.add_argument("--index-num", type=_positive_int, default=None, help="default: the broker's 20000000")
+    bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
+    bf.add_argument("--no-crc", action="store_true")
+    bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+
     v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content")
     v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
@@ -220,7 +231,18 @@ def print_verify(r) -> None:
         print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
 
 
-COMMANDS = {"demo": cmd_demo, "verify": cmd_verify, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
+def cmd_backfill(a) -> int:
+    from rocketidx.backfill import run_backfill
+    log = (lambda *_: None) if a.json else print
+    r = run_backfill(a.store, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
+                     timezone_name=a.timezone, dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
+    if a.json:
+        print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
+                          "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3)}))
+    return 0
+
+
+COMMANDS = {"demo": cmd_demo, "verify": cmd_verify, "backfill": cmd_backfill, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,14 +95,15 @@ def order_files(files: list[FileInfo]) -> list[FileInfo]:
     return sorted(files, key=lambda f: (f.window_id, f.seq))
 
 
-def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifest: dict, tz) -> dict:
+def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifest: dict, tz,
+           name_after: str | None = None) -> dict:
     """Name the staged files, write the manifest, then point ``OUT/current`` at the new version.
 
     ``files`` are the staged files (any order); ``manifest`` gets the ``files`` list added. Returns it.
     """
     out = Path(out)
     files = order_files(files)
-    names = assign_file_names([f.header.begin_timestamp for f in files], tz)
+    names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
     rows = []
     for f, name in zip(files, names):
         src = staging / INDEX_DIR / f.name

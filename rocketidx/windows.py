@@ -76,9 +76,12 @@ def _parse_name(name: str, tz) -> datetime:
     return dt.replace(tzinfo=tz)
 
 
-def assign_file_names(first_timestamps_ms: list[int], tz) -> list[str]:
-    """Broker-style names for files in (window, seq) order, strictly increasing as strings."""
-    names: list[str] = []
+def assign_file_names(first_timestamps_ms: list[int], tz, after: str | None = None) -> list[str]:
+    """Broker-style names for files in (window, seq) order, strictly increasing as strings.
+
+    ``after``: a name every new one must sort after (the newest file kept in a broker's index).
+    """
+    names: list[str] = [after] if after else []
     prev_ms: int | None = None
     for ts in first_timestamps_ms:
         ms = ts if prev_ms is None else max(ts, prev_ms + 1)
@@ -90,4 +93,4 @@ def assign_file_names(first_timestamps_ms: list[int], tz) -> list[str]:
             name = render_name(ms, tz)
         names.append(name)
         prev_ms = ms
-    return names
+    return names[1:] if after else names

@@ -1,0 +1,332 @@
+"""A stopped broker's store -> a plan, then a safe rebuild of the index range the broker lost.
+
+In: ``STORE`` as a broker leaves it (``commitlog/``, ``index/``, ``checkpoint``, ``abort``, ``lock``).
+Out: a :class:`Plan` (printed; all of ``--dry-run``), and, when run, new IndexFiles installed into
+``STORE/index`` with the files they replace moved to ``STORE/index.backup/<UTC time>/`` together with the
+old checkpoint and a ``journal.json`` of every move.
+
+Stays true:
+* nothing is touched while the broker's ``lock`` file is locked (the broker holds a POSIX lock on it, as
+  Java's ``FileChannel.tryLock`` takes on Linux); rocketidx holds that lock itself while it works, so a
+  broker cannot start half way;
+* the files the broker will delete at its next abnormal start (``abort`` present and endTimestamp
+  greater than the checkpoint's indexMsgTimestamp, spec §8), damaged files (failing verification) and
+  every file after the first of those are replaced; the kept files form a clean prefix in name order;
+* the rebuilt range starts at the end of the last kept file (the entries of its last message already in
+  it are not repeated) and runs to the end of the CommitLog; new files get names that sort after every
+  kept file and are verified against the CommitLog before anything moves;
+* files move one atomic rename at a time, old ones to the backup first; the checkpoint's
+  indexMsgTimestamp becomes the newest installed endTimestamp (its other fields untouched, written via a
+  temporary file and a rename), or the broker's next abnormal start would delete the new files again;
+* run on its own result, the plan is empty and nothing changes.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from rocketidx import layout as L
+from rocketidx.config import BuildConfig
+from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
+from rocketidx.indexfile import IndexFile
+from rocketidx.segments import list_segments
+from rocketidx.verify import VerifyReport, verify_index
+
+CHECKPOINT_FIELD = "index_msg_timestamp_ms"
+
+
+@contextmanager
+def broker_lock(store: Path):
+    """Hold ``STORE/lock`` (POSIX lock, as the broker takes it); fail at once if a broker holds it."""
+    path = store / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise StoreLockedError(str(path), "locked: a broker is running on this store; stop it first") from e
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_checkpoint(store: Path) -> dict | None:
+    p = store / "checkpoint"
+    if not p.exists():
+        return None
+    raw = p.read_bytes()
+    if len(raw) < L.CHECKPOINT.itemsize:
+        raise StoreLayoutError(str(p), f"checkpoint is {len(raw)} bytes, expected at least {L.CHECKPOINT.itemsize}")
+    rec = np.frombuffer(raw[:L.CHECKPOINT.itemsize], L.CHECKPOINT)[0]
+    return {name: int(rec[name]) for name in L.CHECKPOINT.names}
+
+
+def write_checkpoint_index_ts(store: Path, index_msg_ts: int) -> None:
+    """Set indexMsgTimestamp (byte 16) and nothing else; temporary file, fsync, rename."""
+    p = store / "checkpoint"
+    raw = bytearray(p.read_bytes()) if p.exists() else bytearray(L.CHECKPOINT_FILE_SIZE)
+    at = L.CHECKPOINT.fields[CHECKPOINT_FIELD][1]
+    raw[at:at + 8] = int(index_msg_ts).to_bytes(8, "big", signed=True)
+    tmp = p.with_name("checkpoint.rocketidx-tmp")
+    with open(tmp, "wb") as f:
+        f.write(raw)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+
+
+@dataclass
+class FileState:
+    name: str
+    entries: int
+    end_timestamp: int
+    end_phy_offset: int
+    status: str  # keep | broker-deletes | damaged | incomplete | after-damaged
+    reason: str = ""
+
+
+@dataclass
+class Plan:
+    store: str
+    hash_slot_num: int
+    index_num: int
+    window_ms: int
+    checkpoint: dict | None
+    abort: bool
+    files: list[FileState] = field(default_factory=list)
+    rebuild_from: int | None = None  # absolute CommitLog offset
+    skip_entries: int = 0  # entries of the message at rebuild_from that the last kept file already holds
+    rebuild_to: int | None = None  # where reading the CommitLog stops
+    commitlog_start: int = 0
+    messages_in_range: int = 0
+
+    @property
+    def replaced(self) -> list[str]:
+        return [f.name for f in self.files if f.status != "keep"]
+
+    @property
+    def kept(self) -> list[FileState]:
+        return [f for f in self.files if f.status == "keep"]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.replaced and self.messages_in_range == 0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(replaced=self.replaced, nothing_to_do=self.nothing_to_do)
+        return d
+
+    def describe(self) -> str:
+        lines = [f"store {self.store}: hash slots {self.hash_slot_num:,}, index num {self.index_num:,}, "
+                 f"window {'one sequence' if not self.window_ms else f'{self.window_ms} ms'}"]
+        cp = self.checkpoint
+        lines.append(f"checkpoint indexMsgTimestamp {cp[CHECKPOINT_FIELD] if cp else 'missing'}; abort file "
+                     f"{'present: the broker crashed or is running' if self.abort else 'absent: clean shutdown'}")
+        lines.append(f"{'index file':24} {'entries':>10} {'endTimestamp':>14} {'endPhyOffset':>14}  status")
+        for f in self.files:
+            lines.append(f"{f.name:24} {f.entries:>10,} {f.end_timestamp:>14} {f.end_phy_offset:>14}  {f.status}"
+                         + (f" ({f.reason})" if f.reason else ""))
+        if not self.files:
+            lines.append("(no index files)")
+        if self.nothing_to_do:
+            lines.append("nothing to do: every message up to the end of the CommitLog is indexed in files the "
+                         "broker keeps")
+            return "\n".join(lines)
+        lines.append(f"rebuild CommitLog offsets {self.rebuild_from}..{self.rebuild_to} "
+                     f"({self.messages_in_range:,} messages lack index entries"
+                     + (f"; the first {self.skip_entries} entries of the message at {self.rebuild_from} are kept"
+                        if self.skip_entries else "") + ")")
+        if self.replaced:
+            lines.append(f"replace {len(self.replaced)} file(s), moved to index.backup/ first: "
+                         + ", ".join(self.replaced))
+        lines.append("then set the checkpoint's indexMsgTimestamp to the newest installed file's endTimestamp")
+        return "\n".join(lines)
+
+
+def _default_sizes(index_dir: Path, hash_slot_num: int | None, index_num: int | None) -> tuple[int, int]:
+    """Sizes from the flags, else the broker defaults; either way they must fit the existing files."""
+    hs = hash_slot_num or L.DEFAULT_HASH_SLOT_NUM
+    n = index_num or L.DEFAULT_INDEX_NUM
+    size = L.index_file_size(hs, n)
+    if index_dir.is_dir():
+        for e in sorted(os.scandir(index_dir), key=lambda e: e.name):
+            if e.is_file() and e.stat().st_size != size:
+                raise StoreLayoutError(e.path, f"file size {e.stat().st_size} does not fit hash slots {hs:,} and "
+                                               f"index num {n:,} ({size} bytes); pass the broker's maxHashSlotNum "
+                                               f"and maxIndexNum as --hash-slots and --index-num")
+    return hs, n
+
+
+def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
+              window_ms: int = 0, check_crc: bool = True) -> Plan:
+    store = Path(store)
+    if not (store / "commitlog").is_dir():
+        raise StoreLayoutError(str(store), "not a broker store: no commitlog/ directory")
+    index_dir = store / "index"
+    hs, n = _default_sizes(index_dir, hash_slot_num, index_num)
+    checkpoint = read_checkpoint(store)
+    abort = (store / "abort").exists()
+    plan = Plan(str(store), hs, n, window_ms, checkpoint, abort)
+    names = sorted(e.name for e in os.scandir(index_dir) if e.is_file()) if index_dir.is_dir() else []
+    files: list[IndexFile] = []
+    for name in names:
+        f = IndexFile(index_dir / name, hs, n, check=False)
+        files.append(f)
+        plan.files.append(FileState(name, max(0, f.header.index_count - 1), f.header.end_timestamp,
+                                    f.header.end_phy_offset, "keep"))
+    index_ts = checkpoint[CHECKPOINT_FIELD] if checkpoint else 0
+    if abort:
+        for st in plan.files:
+            if st.end_timestamp > index_ts:
+                st.status, st.reason = "broker-deletes", f"endTimestamp > checkpoint {index_ts}"
+    candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
+    # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
+    report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True)
+    bad_files = {}
+    for p in report.problems:
+        bad_files.setdefault(os.path.basename(p.file), p)
+    first_bad = None
+    for i, (f, st) in enumerate(candidates):
+        p = bad_files.get(f.name)
+        if p is not None and first_bad is None:
+            first_bad = i
+            st.status = "incomplete" if p.kind == "missing" else "damaged"
+            st.reason = f"{p.kind} @ byte {p.offset}: {p.detail}"
+        elif first_bad is not None:
+            st.status, st.reason = "after-damaged", "follows a replaced file"
+    kept = [(f, st) for f, st in candidates if st.status == "keep"]
+    segments = list_segments(store / "commitlog")
+    plan.commitlog_start = segments[0].base_offset
+    if kept and kept[-1][0].header.index_count > 1:
+        last = kept[-1][0]
+        plan.rebuild_from = last.header.end_phy_offset
+        items = np.asarray(last.items[1:last.header.index_count])
+        plan.skip_entries = int(np.count_nonzero(items["phy_offset"] == plan.rebuild_from))
+    else:
+        plan.rebuild_from = plan.commitlog_start
+    _count_range(plan, store, check_crc)
+    return plan
+
+
+def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
+    """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
+    from rocketidx.messages import CommitLogReader
+    segs = list_segments(store / "commitlog", from_offset=plan.rebuild_from)
+    reader = CommitLogReader(segs, check_crc=check_crc, start_offset=plan.rebuild_from)
+    count = 0
+    for seg, buf, recs, entries in reader.entry_chunks():
+        phy = entries.column("phy_offset").to_numpy()
+        seq = entries.column("entry_seq").to_numpy()
+        new = ~((phy == plan.rebuild_from) & (seq < plan.skip_entries))
+        count += len(np.unique(phy[new]))
+    plan.messages_in_range = count
+    plan.rebuild_to = reader.stop.phy_offset if reader.stop else plan.rebuild_from
+
+
+@dataclass
+class BackfillResult:
+    plan: Plan
+    installed: list[str] = field(default_factory=list)
+    backup_dir: str | None = None
+    checkpoint_index_ts: int | None = None
+    wall_s: float = 0.0
+
+
+def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
+                 window_ms: int = 0, timezone_name: str = "local", dry_run: bool = False,
+                 check_crc: bool = True, builder=None, log=print) -> BackfillResult:
+    """Plan, and unless ``dry_run``, rebuild and install. ``builder`` is the build function
+    (``rocketidx.build.build_index`` by default; the Spark pipeline's has the same signature)."""
+    t0 = time.monotonic()
+    store = Path(store)
+    if not store.is_dir():
+        raise StoreLayoutError(str(store), "no such store directory")
+    with broker_lock(store):
+        plan = make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
+                         check_crc=check_crc)
+        log(plan.describe())
+        result = BackfillResult(plan)
+        if dry_run or plan.nothing_to_do:
+            result.wall_s = time.monotonic() - t0
+            return result
+        if builder is None:
+            from rocketidx.build import build_index as builder
+        config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
+                             timezone=timezone_name, check_crc=check_crc)
+        staging = store / "index.rocketidx-staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = plan.kept
+        manifest = None
+        if plan.messages_in_range:
+            manifest, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+                                        skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+            log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
+                f"{len(manifest['files'])} file(s)")
+        new_files = manifest["files"] if manifest else []
+        _verify_staged(staging, new_files, plan, store, check_crc)
+        backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        backup.mkdir(parents=True)
+        journal = {"store": str(store), "started": time.time(), "moved_to_backup": [], "installed": [],
+                   "checkpoint_before": plan.checkpoint}
+        if (store / "checkpoint").exists():
+            shutil.copy2(store / "checkpoint", backup / "checkpoint")
+        _write_journal(backup, journal)
+        index_dir = store / "index"
+        index_dir.mkdir(exist_ok=True)
+        for name in plan.replaced:
+            os.rename(index_dir / name, backup / name)
+            journal["moved_to_backup"].append(name)
+            _write_journal(backup, journal)
+        for f in new_files:
+            os.rename(staging / "index" / f["name"], index_dir / f["name"])
+            journal["installed"].append(f["name"])
+            _write_journal(backup, journal)
+        newest = max([f["end_timestamp"] for f in new_files] + [f.end_timestamp for f in kept] + [0])
+        if new_files:
+            write_checkpoint_index_ts(store, newest)
+            result.checkpoint_index_ts = newest
+        journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
+        journal["finished"] = time.time()
+        _write_journal(backup, journal)
+        shutil.rmtree(staging, ignore_errors=True)
+        result.installed = [f["name"] for f in new_files]
+        result.backup_dir = str(backup)
+        result.wall_s = time.monotonic() - t0
+        log(f"installed {len(new_files)} file(s); replaced files and the old checkpoint are in {backup}; "
+            f"checkpoint indexMsgTimestamp = {result.checkpoint_index_ts}")
+        return result
+
+
+def _verify_staged(staging: Path, new_files: list[dict], plan: Plan, store: Path, check_crc: bool) -> None:
+    """The staged files, after the last kept one, must verify clean against the CommitLog (content and
+    coverage, so the entries of the message they continue count once) and sort after it; otherwise
+    nothing is installed."""
+    if not new_files:
+        return
+    kept = plan.kept
+    files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
+    files += [IndexFile(staging / "index" / f["name"], plan.hash_slot_num, plan.index_num, check=False)
+              for f in new_files]
+    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc)
+    if report.problems:
+        p = report.problems[0]
+        raise CorruptIndexError(p.file, p.offset, f"staged file failed verification, nothing installed: "
+                                                  f"[{p.kind}] {p.detail}")
+    if kept and new_files[0]["name"] <= kept[-1].name:
+        raise CorruptIndexError(str(staging), 0, "new file names do not sort after the kept files")
+
+
+def _write_journal(backup: Path, journal: dict) -> None:
+    tmp = backup / "journal.json.tmp"
+    tmp.write_text(json.dumps(journal, indent=2) + "\n")
+    os.replace(tmp, backup / "journal.json")
