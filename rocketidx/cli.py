@@ -94,7 +94,13 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="print the report as JSON")
 
     q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
-    q.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
+    q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index)")
+    q.add_argument("--store", help="a broker store: its index/ answers, its commitlog/ backs --show/--exact")
+    q.add_argument("--commitlog", help="CommitLog for --show/--exact when --index is given")
+    q.add_argument("--show", action="store_true", help="decode the messages found (a table; JSON lines with --json)")
+    q.add_argument("--exact", action="store_true",
+                   help="drop offsets whose message does not carry the key (hash collisions)")
+    q.add_argument("--json", action="store_true", help="with --show: one JSON object per message")
     q.add_argument("--topic")
     q.add_argument("--key")
     q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
@@ -141,8 +147,20 @@ def print_summary(s) -> None:
 
 
 def cmd_query(a) -> int:
-    from rocketidx.query import open_index, query_offsets
-    files = open_index(a.index, a.hash_slots, a.index_num)
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from rocketidx.query import message_has_key, open_index, query_offsets, read_messages_at
+    if not (a.index or a.store):
+        print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
+        return 2
+    index = a.index or str(Path(a.store) / "index")
+    commitlog = a.commitlog or (str(Path(a.store) / "commitlog") if a.store else None)
+    if (a.show or a.exact) and commitlog is None:
+        print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
+        return 2
+    files = open_index(index, a.hash_slots, a.index_num)
     if a.queries:
         queries = []
         with open(a.queries) as f:
@@ -162,9 +180,57 @@ def cmd_query(a) -> int:
         end = int(q.get("end", a.end))
         max_num = int(q.get("maxNum", a.max))
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
-        print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
-                          "offsets": offsets}, ensure_ascii=False))
+        table = None
+        if a.show or a.exact:
+            table, _ = read_messages_at(commitlog, offsets)
+            if a.exact:
+                rows = table.to_pylist()
+                keep = [i for i, r in enumerate(rows) if message_has_key(r if r["topic"] is not None else None,
+                                                                        q["topic"], q["key"])]
+                offsets = [offsets[i] for i in keep]
+                table = table.take(pa.array(keep, pa.int64()))
+        if a.show:
+            print_messages(q, table, as_json=a.json)
+        else:
+            print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
+                              "offsets": offsets}, ensure_ascii=False))
     return 0
+
+
+def _host(addr, port) -> str:
+    import ipaddress
+    if addr is None:
+        return ""
+    ip = ipaddress.ip_address(addr)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def print_messages(q: dict, table, *, as_json: bool) -> None:
+    from datetime import datetime, timezone
+    rows = table.to_pylist()
+    if as_json:
+        for r in rows:
+            r = dict(r)
+            r["born_host"] = _host(r.pop("born_host"), r.pop("born_port"))
+            r["store_host"] = _host(r.pop("store_host"), r.pop("store_port"))
+            print(json.dumps(r, ensure_ascii=False, default=str))
+        return
+    print(f"{q['topic']}#{q['key']}: {len(rows)} message(s)")
+    if not rows:
+        return
+    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")  # noqa: E731
+    for r in rows:
+        if r["topic"] is None:
+            print("  (no valid message at this offset)")
+            continue
+        print(f"  offset {r['phy_offset']}  topic {r['topic']}  queue {r['queue_id']}@{r['queue_offset']}  "
+              f"stored {iso(r['store_timestamp_ms'])}  born {iso(r['born_timestamp_ms'])}")
+        print(f"    hosts born {_host(r['born_host'], r['born_port'])} store {_host(r['store_host'], r['store_port'])}"
+              f"  sys_flag 0x{r['sys_flag']:X}  reconsume {r['reconsume_times']}")
+        print(f"    keys {r['keys']!r}  uniq_key {r['uniq_key']!r}  tags {r['tags']!r}  body {r['body_length']} B: "
+              f"{r['body_preview']!r}")
+        props = (r["properties"] or "").replace("\x01", "=").replace("\x02", "; ")
+        print(f"    properties {props}")
 
 
 def cmd_demo(a) -> int:

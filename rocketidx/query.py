@@ -43,3 +43,62 @@ def open_index(path: str | os.PathLike, hash_slot_num: int | None = None, index_
 
 
 __all__ = ["open_index", "query_offsets"]
+
+
+def read_messages_at(commitlog, offsets: list[int], *, check_crc: bool = True):
+    """The messages starting at the given absolute CommitLog offsets (a pyarrow Table in that order,
+    with a ``body_preview`` column); an offset where no valid message starts becomes a null row."""
+    import bisect
+
+    import numpy as np
+    import pyarrow as pa
+
+    from rocketidx.messages import MESSAGE_SCHEMA, REC_BODY_LEN, REC_BODY_POS, check_records, open_segment, \
+        records_to_batch
+    from rocketidx.segments import list_segments
+    segments = list_segments(commitlog)
+    bases = [s.base_offset for s in segments]
+    rows, previews = [], []
+    cache: dict[str, object] = {}
+    for off in offsets:
+        i = bisect.bisect_right(bases, off) - 1
+        row, preview = None, None
+        if i >= 0 and off < segments[i].end_offset:
+            seg = segments[i]
+            buf = cache.get(seg.path) or cache.setdefault(seg.path, open_segment(seg))
+            pos = off - seg.base_offset
+            if seg.size - pos >= L.MIN_RECORD_SIZE:
+                total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+                if L.MIN_RECORD_SIZE <= total <= seg.size - pos:
+                    recs, stop = check_records(buf, seg, np.array([pos], np.int64), check_crc=check_crc)
+                    if len(recs):
+                        row = records_to_batch(buf, seg, recs).to_pylist()[0]
+                        body = bytes(buf[recs[0, REC_BODY_POS]:recs[0, REC_BODY_POS] + min(64, recs[0, REC_BODY_LEN])])
+                        preview = _preview(body, bool(row["sys_flag"] & L.SYSFLAG_COMPRESSED))
+        rows.append(row)
+        previews.append(preview)
+    empty = {f.name: None for f in MESSAGE_SCHEMA}
+    table = pa.Table.from_pylist([r or empty for r in rows], MESSAGE_SCHEMA)
+    return table.append_column("body_preview", pa.array(previews, pa.string())), [r is not None for r in rows]
+
+
+def message_has_key(row: dict, topic: str, key: str) -> bool:
+    """Whether the message makes the index entry ``topic#key`` (rollbacks make none)."""
+    if row is None or row["topic"] != topic or (row["sys_flag"] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK:
+        return False
+    if row["uniq_key"] == key:
+        return True
+    return key != "" and key in (row["keys"] or "").split(L.KEY_SEPARATOR)
+
+
+def _preview(body: bytes, compressed: bool) -> str:
+    """Text when the body's first bytes are printable UTF-8, else hex: a terminal-safe glimpse."""
+    if compressed:
+        return "zlib: " + body[:32].hex()
+    try:
+        text = body.decode("utf-8")
+        if text.isprintable():
+            return text
+    except UnicodeDecodeError:
+        pass
+    return "hex: " + body[:32].hex()
