@@ -45,9 +45,16 @@ CHECKPOINT_FIELD = "index_msg_timestamp_ms"
 
 
 @contextmanager
-def broker_lock(store: Path):
-    """Hold ``STORE/lock`` (POSIX lock, as the broker takes it); fail at once if a broker holds it."""
+def broker_lock(store: Path, create: bool = True):
+    """Hold ``STORE/lock`` (POSIX lock, as the broker takes it); fail at once if a broker holds it.
+
+    A store without a lock file has no running broker; ``create`` makes one so that a broker started
+    meanwhile finds it held (a dry run creates nothing).
+    """
     path = store / "lock"
+    if not path.exists() and not create:
+        yield
+        return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
@@ -191,7 +198,8 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
                 st.status, st.reason = "broker-deletes", f"endTimestamp > checkpoint {index_ts}"
     candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
     # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
-    report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True)
+    report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True,
+                          open_start=True)
     bad_files = {}
     for p in report.problems:
         bad_files.setdefault(os.path.basename(p.file), p)
@@ -251,7 +259,7 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     store = Path(store)
     if not store.is_dir():
         raise StoreLayoutError(str(store), "no such store directory")
-    with broker_lock(store):
+    with broker_lock(store, create=not dry_run):
         plan = make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
                          check_crc=check_crc)
         log(plan.describe())
@@ -317,7 +325,7 @@ def _verify_staged(staging: Path, new_files: list[dict], plan: Plan, store: Path
     files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
     files += [IndexFile(staging / "index" / f["name"], plan.hash_slot_num, plan.index_num, check=False)
               for f in new_files]
-    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc)
+    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept))
     if report.problems:
         p = report.problems[0]
         raise CorruptIndexError(p.file, p.offset, f"staged file failed verification, nothing installed: "

@@ -205,12 +205,13 @@ def _expected_entries(commitlog, lo: int, hi: int, check_crc: bool = True):
 
 
 def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | None = None,
-                 window_ids: list[int] | None = None, check_crc: bool = True, open_end: bool = False
-                 ) -> VerifyReport:
+                 window_ids: list[int] | None = None, check_crc: bool = True, open_end: bool = False,
+                 open_start: bool = False) -> VerifyReport:
     """Check ``files`` (oldest first); with ``commitlog``, check their content and coverage too.
 
     ``open_end``: the last indexed message may continue in a file that is not among ``files`` (a broker
-    rolled over in the middle of its keys), so its missing entries are not problems.
+    rolled over in the middle of its keys), so its missing entries are not problems; ``open_start``:
+    likewise for the first message, whose first entries may sit in an older file not among ``files``.
     """
     report = VerifyReport()
     per_file = []
@@ -282,6 +283,8 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     missing_keys = keys[w_ > g]
     if open_end and len(missing_keys):
         missing_keys = missing_keys[msg_phy[missing_keys >> 31] != hi]
+    if open_start and len(missing_keys):
+        missing_keys = missing_keys[msg_phy[missing_keys >> 31] != lo]
     if len(extra_keys):
         sel = np.flatnonzero(np.isin(item_keys, extra_keys) & i_msg)
         for fi in np.unique(i_file[sel]).tolist():

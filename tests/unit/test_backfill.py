@@ -1,0 +1,198 @@
+"""rocketidx backfill: refuses a running broker's store, plans, rebuilds what a crash lost, installs
+safely, and ends with an index that answers like a full rebuild; a second run changes nothing."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import EXTERNAL
+from rocketidx.backfill import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
+from rocketidx.build import build_index
+from rocketidx.cli import main
+from rocketidx.config import BuildConfig
+from rocketidx.entries import extract_entry_keys
+from rocketidx.errors import StoreLayoutError, StoreLockedError
+from rocketidx.generate import GenConfig, generate_store
+from rocketidx.messages import CommitLogReader
+from rocketidx.query import open_index, query_offsets
+from rocketidx.segments import list_segments
+
+SLOTS, ITEMS = 1009, 3000
+
+
+def snapshot(store: Path) -> dict[str, str]:
+    """Every file under the store with a hash of its bytes."""
+    out = {}
+    for p in sorted(store.rglob("*")):
+        if p.is_file():
+            out[str(p.relative_to(store))] = hashlib.sha1(p.read_bytes()).hexdigest()
+    return out
+
+
+def broker_store(tmp_path: Path, messages: int = 20000) -> tuple[Path, list[dict]]:
+    """A generated store whose index/ a broker wrote (one sequence of files, as from an empty store)."""
+    store = tmp_path / "store"
+    generate_store(store, GenConfig(messages=messages, segment_bytes=2 << 20, span_ms=3_600_000, seed=5))
+    manifest, _ = build_index(store, tmp_path / "full", BuildConfig(hash_slot_num=SLOTS, index_num=ITEMS, window_ms=0,
+                                                                   timezone="UTC"))
+    (store / "index").mkdir()
+    for f in manifest["files"]:
+        shutil.copy(tmp_path / "full" / "index" / f["name"], store / "index" / f["name"])
+    (store / "checkpoint").write_bytes(bytes(range(32)) + bytes(4096 - 32))
+    (store / "lock").touch()  # every broker store has one
+    return store, manifest["files"]
+
+
+def crash(store: Path, files: list[dict], keep: int, deleted: int) -> None:
+    """The broker crashed after file ``keep - 1`` filled up; it had already deleted ``deleted`` newest files."""
+    write_checkpoint_index_ts(store, files[keep - 1]["end_timestamp"])
+    (store / "abort").touch()
+    for f in files[len(files) - deleted:]:
+        (store / "index" / f["name"]).unlink()
+
+
+def all_entry_keys(store: Path, from_offset: int = 0) -> list[tuple[str, str]]:
+    keys = set()
+    for batch in CommitLogReader(list_segments(store)):
+        rows, _, ks = extract_entry_keys(batch)
+        phy = batch.column("phy_offset").to_numpy()[rows]
+        for p, k in zip(phy.tolist(), ks.to_pylist()):
+            if p >= from_offset:
+                topic, _, key = k.partition("#")
+                keys.add((topic, key))
+    return sorted(keys)
+
+
+def assert_answers_like_full_rebuild(store: Path, full: Path, from_offset: int) -> int:
+    a = open_index(store / "index", SLOTS, ITEMS)
+    b = open_index(full)
+    keys = all_entry_keys(store, from_offset)
+    for topic, key in keys:
+        assert query_offsets(a, topic, key) == query_offsets(b, topic, key), (topic, key)
+    return len(keys)
+
+
+def test_crashed_broker_store_is_backfilled_and_answers_like_a_full_rebuild(tmp_path):
+    store, files = broker_store(tmp_path, 12000)
+    assert len(files) >= 9
+    crash(store, files, keep=5, deleted=2)
+    checkpoint_before = (store / "checkpoint").read_bytes()
+    plan = make_plan(store, hash_slot_num=SLOTS, index_num=ITEMS)
+    statuses = [f.status for f in plan.files]
+    assert statuses == ["keep"] * 5 + ["broker-deletes"] * (len(files) - 7)
+    assert plan.rebuild_from == files[4]["end_phy_offset"]
+    result = run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    names = sorted(os.listdir(store / "index"))
+    assert names[:5] == [f["name"] for f in files[:5]]
+    assert len(names) == 5 + len(result.installed)
+    assert names == sorted(names) and result.installed[0] > files[4]["name"]
+    # Replaced files and the old checkpoint are in the backup; nothing was deleted.
+    backup = Path(result.backup_dir)
+    assert sorted(p.name for p in backup.iterdir() if p.name not in ("checkpoint", "journal.json")) == \
+        sorted(f.name for f in plan.files if f.status != "keep")
+    assert (backup / "checkpoint").read_bytes() == checkpoint_before
+    journal = json.loads((backup / "journal.json").read_text())
+    assert journal["installed"] == result.installed and "finished" in journal
+    # The checkpoint's indexMsgTimestamp is the newest installed endTimestamp; its other bytes are untouched.
+    cp = read_checkpoint(store)
+    newest = max(f.header.end_timestamp for f in open_index(store / "index", SLOTS, ITEMS))
+    assert cp["index_msg_timestamp_ms"] == result.checkpoint_index_ts == newest
+    after = (store / "checkpoint").read_bytes()
+    assert after[:16] == checkpoint_before[:16] and after[24:] == checkpoint_before[24:]
+    assert assert_answers_like_full_rebuild(store, tmp_path / "full", plan.rebuild_from) > 1000
+    assert main(["verify", "--index", str(store / "index"), "--hash-slots", str(SLOTS), "--index-num", str(ITEMS),
+                 "--commitlog", str(store)]) == 0
+
+
+def test_second_run_is_a_no_op_that_says_so(tmp_path, capsys):
+    store, files = broker_store(tmp_path, 8000)
+    crash(store, files, keep=2, deleted=0)
+    run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    before = snapshot(store)
+    assert main(["backfill", "--store", str(store), "--hash-slots", str(SLOTS), "--index-num", str(ITEMS)]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+    assert snapshot(store) == before
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path, capsys):
+    store, files = broker_store(tmp_path, 8000)
+    crash(store, files, keep=3, deleted=1)
+    before = snapshot(store)
+    assert main(["backfill", "--store", str(store), "--hash-slots", str(SLOTS), "--index-num", str(ITEMS),
+                 "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "broker-deletes" in out and "rebuild CommitLog offsets" in out and "replace" in out
+    assert snapshot(store) == before
+
+
+def test_a_running_broker_holding_the_lock_stops_everything(tmp_path, capsys):
+    store, files = broker_store(tmp_path, 3000)
+    crash(store, files, keep=1, deleted=0)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(store / 'lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.lockf(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(store)
+        with pytest.raises(StoreLockedError, match="broker is running"):
+            run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, log=lambda *_: None)
+        assert main(["backfill", "--store", str(store), "--hash-slots", str(SLOTS), "--index-num", str(ITEMS)]) == 2
+        assert "lock" in capsys.readouterr().err
+        assert snapshot(store) == before
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_damaged_file_is_replaced_with_everything_after_it(tmp_path):
+    store, files = broker_store(tmp_path, 12000)
+    write_checkpoint_index_ts(store, files[-1]["end_timestamp"])  # a clean stop: nothing the broker deletes
+    victim = store / "index" / files[3]["name"]
+    raw = bytearray(victim.read_bytes())
+    raw[40 + 4 * SLOTS + 20 * 7 + 16:40 + 4 * SLOTS + 20 * 7 + 20] = (999).to_bytes(4, "big")
+    victim.write_bytes(bytes(raw))
+    plan = make_plan(store, hash_slot_num=SLOTS, index_num=ITEMS)
+    assert [f.status for f in plan.files][:5] == ["keep", "keep", "keep", "damaged", "after-damaged"]
+    run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    assert main(["verify", "--index", str(store / "index"), "--hash-slots", str(SLOTS), "--index-num", str(ITEMS),
+                 "--commitlog", str(store)]) == 0
+    assert_answers_like_full_rebuild(store, tmp_path / "full", files[2]["end_phy_offset"])
+
+
+def test_sizes_that_do_not_fit_the_files_are_a_clear_error(tmp_path):
+    store, _ = broker_store(tmp_path, 2000)
+    with pytest.raises(StoreLayoutError, match="--hash-slots"):
+        make_plan(store)  # broker defaults do not fit these small files
+
+
+def test_copied_store_of_another_implementation(tmp_path):
+    src = EXTERNAL / "rocketmq-rust-v0.9.0" / "store"
+    if not src.exists():
+        pytest.skip("../shared/external missing")
+    store = tmp_path / "store"
+    shutil.copytree(src, store)
+    for p in store.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    original = (store / "index").iterdir().__next__().read_bytes()
+    plan = make_plan(store, hash_slot_num=32, index_num=128)
+    assert plan.nothing_to_do  # its index covers its CommitLog
+    # After a crash with an old checkpoint the broker would drop the file; backfill rebuilds it.
+    write_checkpoint_index_ts(store, 0)
+    (store / "abort").touch()
+    r = run_backfill(store, hash_slot_num=32, index_num=128, timezone_name="UTC", log=lambda *_: None)
+    assert len(r.installed) == 1
+    assert (store / "index" / r.installed[0]).read_bytes() == original
+    files = open_index(store / "index", 32, 128)
+    assert len(query_offsets(files, "V1UpgradeTopic", "v1-upgrade-key")) == 2

@@ -1,0 +1,204 @@
+"""rocketidx verify: clean on every golden case; each kind of damage detected with file and byte offset."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import GOLDEN, golden_params, load_case
+from rocketidx.build import build_index
+from rocketidx.cli import main
+from rocketidx.config import BuildConfig
+from rocketidx.verify import VerifyReport, open_for_verify, verify_index
+
+G3 = GOLDEN / "g3-single-window-tiny-files"  # 97 slots, 50 items, many full files
+SLOTS, ITEMS = 97, 50
+ITEMS_AT = 40 + 4 * SLOTS
+
+
+def item_at(i: int, field: int = 0) -> int:
+    return ITEMS_AT + 20 * i + field
+
+
+def config_for(case: Path) -> BuildConfig:
+    c = load_case(case)
+    return BuildConfig(hash_slot_num=c["hashSlotNum"], index_num=c["indexNum"], window_ms=c["windowMillis"],
+                       timezone="UTC")
+
+
+def run_verify(index_dir, commitlog=None, slots=SLOTS, items=ITEMS, window=False):
+    pre = VerifyReport()
+    files, manifest = open_for_verify(index_dir, slots, items, pre)
+    kw = {}
+    if window and manifest:
+        kw = dict(window_ms=manifest["window_ms"], window_ids=[f["window_id"] for f in manifest["files"]])
+    r = verify_index(files, commitlog, **kw)
+    r.counts.update(pre.counts)
+    r.problems[:0] = pre.problems
+    return r
+
+
+@pytest.mark.parametrize("case", golden_params())
+def test_golden_build_output_and_reference_files_verify_clean(case, tmp_path):
+    build_index(case / "commitlog", tmp_path / "out", config_for(case))
+    c = load_case(case)
+    r = run_verify(tmp_path / "out", case / "commitlog", c["hashSlotNum"], c["indexNum"], window=True)
+    assert r.clean, r.problems[:5]
+    assert r.entries_checked == r.expected_entries == json.loads(
+        (case / "expected" / "manifest.json").read_text())["index"]["entries"]
+    r = run_verify(case / "expected" / "index", case / "commitlog", c["hashSlotNum"], c["indexNum"])
+    assert r.clean, r.problems[:5]
+
+
+@pytest.fixture
+def damaged(tmp_path):
+    """A copy of g3's reference files, and a function poking bytes into the i-th file."""
+    if not G3.exists():
+        pytest.skip("golden data missing")
+    d = tmp_path / "index"
+    shutil.copytree(G3 / "expected" / "index", d)
+    for p in d.iterdir():
+        p.chmod(0o644)
+    files = sorted(d.iterdir())
+
+    def poke(i: int, offset: int, fmt: str, value) -> Path:
+        path = files[i]
+        raw = bytearray(path.read_bytes())
+        struct.pack_into(fmt, raw, offset, value)
+        path.write_bytes(bytes(raw))
+        return path
+    return d, files, poke
+
+
+def kinds_at(r, path: Path) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for p in r.problems:
+        if Path(p.file).name == path.name:
+            out.setdefault(p.kind, []).append(p.offset)
+    return out
+
+
+def test_wrong_file_size_is_reported_for_that_file(damaged):
+    d, files, _ = damaged
+    with open(files[4], "ab") as f:
+        f.write(b"\0")
+    r = run_verify(d)
+    assert r.counts["size"] == 1
+    assert Path(r.problems[0].file).name == files[4].name
+
+
+def test_index_count_out_of_range(damaged):
+    d, files, poke = damaged
+    path = poke(2, 36, ">i", ITEMS + 5)
+    assert kinds_at(run_verify(d), path) == {"header": [36]}
+
+
+def test_slot_value_out_of_range(damaged):
+    d, files, poke = damaged
+    path = poke(3, 40 + 4 * 10, ">i", 999)
+    k = kinds_at(run_verify(d), path)
+    assert 40 + 4 * 10 in k["slot-range"]
+
+
+def test_chain_going_forward_is_a_cycle_risk(damaged):
+    d, files, poke = damaged
+    path = poke(1, item_at(5, 16), ">i", 40)
+    k = kinds_at(run_verify(d), path)
+    assert k["chain-order"] == [item_at(5, 16)]
+
+
+def test_item_linked_to_an_item_of_another_slot(damaged):
+    d, files, poke = damaged
+    # Item 10 of file 0 gets a keyHash of another slot: its slot's chain now holds a stranger.
+    raw = files[0].read_bytes()
+    kh = struct.unpack_from(">i", raw, item_at(10))[0]
+    path = poke(0, item_at(10), ">i", kh + 1)
+    r = run_verify(d, G3 / "commitlog")
+    k = kinds_at(r, path)
+    assert {"chain-slot", "slot-head"} & set(k)
+    assert item_at(10) in k.get("extra", []) or r.counts["extra"] >= 1
+
+
+def test_hash_slot_count_mismatch(damaged):
+    d, files, poke = damaged
+    raw = files[5].read_bytes()
+    count = struct.unpack_from(">i", raw, 32)[0]
+    path = poke(5, 32, ">i", count + 1)
+    assert kinds_at(run_verify(d), path) == {"header": [32]}
+
+
+def test_non_zero_item_zero_and_bytes_past_index_count(damaged):
+    d, files, poke = damaged
+    last = len(files) - 1
+    raw = files[last].read_bytes()
+    count = struct.unpack_from(">i", raw, 36)[0]
+    assert count < ITEMS, "the last file of g3 is not full"
+    poke(last, item_at(0, 4), ">q", 7)
+    path = poke(last, item_at(count) + 3, ">B", 1)
+    k = kinds_at(run_verify(d), path)
+    assert k["item0"] == [item_at(0)]
+    assert k["tail"] == [item_at(count) + 3]
+
+
+def test_header_offsets_and_item_order(damaged):
+    d, files, poke = damaged
+    path = poke(6, 16, ">q", 1)  # beginPhyOffset
+    assert kinds_at(run_verify(d), path) == {"header": [16]}
+
+
+def test_unreachable_item(damaged):
+    d, files, poke = damaged
+    # Find an item that is some slot's head and whose own prev is 0, then empty the slot.
+    raw = files[7].read_bytes()
+    for s in range(SLOTS):
+        head = struct.unpack_from(">i", raw, 40 + 4 * s)[0]
+        if head and struct.unpack_from(">i", raw, item_at(head, 16))[0] == 0:
+            break
+    path = poke(7, 40 + 4 * s, ">i", 0)
+    k = kinds_at(run_verify(d), path)
+    assert k["unreachable"] == [item_at(head)]
+    assert "header" in k  # hashSlotCount no longer matches the used slots
+
+
+def test_offset_that_is_not_a_message_and_a_time_diff_that_disagrees(damaged):
+    d, files, poke = damaged
+    poke(8, item_at(3, 4), ">q", 12345)
+    path = poke(9, item_at(4, 12), ">i", 99999)
+    r = run_verify(d, G3 / "commitlog")
+    assert item_at(3, 0) in kinds_at(r, files[8])["not-a-message"]
+    assert kinds_at(r, path)["time-diff"] == [item_at(4, 12)]
+
+
+def test_missing_file_leaves_entries_missing(damaged):
+    d, files, _ = damaged
+    files[10].unlink()
+    r = run_verify(d, G3 / "commitlog")
+    assert r.counts["missing"] == 49  # a full file of g3 holds indexNum - 1 entries
+
+
+def test_entries_in_the_wrong_window_are_reported(tmp_path):
+    case = GOLDEN / "g1-basic-hourly"
+    build_index(case / "commitlog", tmp_path / "out", config_for(case))
+    manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
+    manifest["files"][0]["window_id"] += 1
+    (tmp_path / "out" / "_manifest.json").unlink()
+    (tmp_path / "out" / "_manifest.json").write_text(json.dumps(manifest))
+    r = run_verify(tmp_path / "out", case / "commitlog", 97, 400, window=True)
+    assert r.counts["window"] == manifest["files"][0]["entries"]
+
+
+def test_cli_exit_codes(damaged, tmp_path, capsys):
+    d, files, poke = damaged
+    assert main(["verify", "--index", str(G3 / "expected" / "index"), "--hash-slots", "97", "--index-num", "50",
+                 "--commitlog", str(G3 / "commitlog")]) == 0
+    assert "clean" in capsys.readouterr().out
+    poke(1, item_at(5, 16), ">i", 40)
+    assert main(["verify", "--index", str(d), "--hash-slots", "97", "--index-num", "50", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["counts"]["chain-order"] == 1
+    assert report["problems"][0]["offset"] == item_at(5, 16)
+    assert main(["verify", "--index", str(tmp_path / "nope")]) == 2
+    assert "nope" in capsys.readouterr().err
