@@ -1,0 +1,109 @@
+"""rocketidx query --store: broker semantics, --exact drops hash collisions, --show decodes messages."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import GOLDEN
+from rocketidx.build import build_index
+from rocketidx.cli import main
+from rocketidx.config import BuildConfig
+from rocketidx.messages import CommitLogReader
+from rocketidx.query import message_has_key, read_messages_at
+from rocketidx.segments import list_segments
+
+G2 = GOLDEN / "g2-unicode-collisions-v2-ipv6"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """g2 laid out as a broker store: commitlog/ and index/ (sizes 1000/1000)."""
+    if not G2.exists():
+        pytest.skip("golden data missing")
+    root = tmp_path_factory.mktemp("q")
+    out = root / "out"
+    manifest, _ = build_index(G2 / "commitlog", out, BuildConfig(hash_slot_num=1000, index_num=1000,
+                                                                 window_ms=600000, timezone="UTC"))
+    store = root / "store"
+    shutil.copytree(G2 / "commitlog", store / "commitlog")
+    (store / "index").mkdir()
+    for f in manifest["files"]:
+        shutil.copy(out / "index" / f["name"], store / "index" / f["name"])
+    return store
+
+
+def queries(kind_prefix: str) -> list[dict]:
+    lines = (G2 / "expected" / "queries.jsonl").read_text().splitlines()
+    return [q for q in map(json.loads, lines) if q["kind"].startswith(kind_prefix)]
+
+
+def run(capsys, *args) -> list[dict]:
+    assert main(["query", *args]) == 0
+    return [json.loads(l) for l in capsys.readouterr().out.splitlines() if l.startswith("{")]
+
+
+def messages_by_offset() -> dict[int, dict]:
+    out = {}
+    for b in CommitLogReader(list_segments(G2 / "commitlog")):
+        for r in b.to_pylist():
+            out[r["phy_offset"]] = r
+    return out
+
+
+def test_store_answers_like_the_broker(store, capsys, tmp_path):
+    qs = queries("present:")[:40] + queries("collide:")
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("\n".join(json.dumps(q) for q in qs))
+    got = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--queries", str(qfile))
+    assert [g["offsets"] for g in got] == [q["offsets"] for q in qs]
+
+
+def test_exact_drops_offsets_of_other_keys_with_the_same_hash(store, capsys, tmp_path):
+    msgs = messages_by_offset()
+    collide = [q for q in queries("collide:same-hashCode") if q["offsets"]]
+    assert collide, "g2 has same-hashCode queries that the broker answers with another key's offsets"
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("\n".join(json.dumps(q) for q in collide))
+    got = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--queries", str(qfile),
+              "--exact")
+    dropped = 0
+    for q, g in zip(collide, got):
+        # Exactly the broker's offsets whose message makes the entry topic#key, in the broker's order.
+        expected = [o for o in q["offsets"] if message_has_key(msgs.get(o), q["topic"], q["key"])]
+        assert g["offsets"] == expected
+        dropped += len(q["offsets"]) - len(expected)
+    assert dropped > 0
+    present = [q for q in queries("present:single") if q["offsets"]][:10]
+    qfile.write_text("\n".join(json.dumps(q) for q in present))
+    got = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--queries", str(qfile),
+              "--exact")
+    for q, g in zip(present, got):
+        assert set(g["offsets"]) <= set(q["offsets"]) and g["offsets"]
+
+
+def test_show_decodes_each_message(store, capsys):
+    q = [q for q in queries("present:nonBmp") if q["offsets"]][0]
+    rows = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--topic", q["topic"],
+               "--key", q["key"], "--show", "--json")
+    assert [r["phy_offset"] for r in rows] == q["offsets"]
+    for r in rows:
+        assert r["topic"] == q["topic"]
+        assert q["key"] in (r["keys"] or "").split(" ") or r["uniq_key"] == q["key"]
+        assert ":" in r["born_host"] and "body_preview" in r
+    assert main(["query", "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--topic",
+                 q["topic"], "--key", q["key"], "--show"]) == 0
+    text = capsys.readouterr().out
+    assert f"{len(q['offsets'])} message(s)" in text and "properties" in text
+
+
+def test_offset_without_a_message_reads_as_none(store):
+    table, found = read_messages_at(store / "commitlog", [0, 5, 10**9])
+    assert found == [True, False, False]
+    assert table.column("topic").to_pylist()[1:] == [None, None]
+
+
+def test_show_without_a_commitlog_is_a_usage_error(tmp_path, capsys):
+    assert main(["query", "--index", str(tmp_path), "--topic", "T", "--key", "k", "--show"]) == 2
+    assert "--show" in capsys.readouterr().err
