@@ -108,7 +108,8 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
     if (length_ok)
         topic_len = v2 ? (int64_t)(int16_t)((r[tl_pos] << 8) | r[tl_pos + 1]) : (int64_t)(int8_t)r[tl_pos];
     int64_t topic_pos = tl_pos + tl_bytes;
-    int64_t props_len = 0, props_pos = 0, computed = -1;
+    int64_t props_len = 0, props_pos = 0, computed = 0;
+    int have_computed = 0;
     int stop_after_crc = 0;
     if (!length_ok) stop_after_crc = STOP_TOPICLEN_OVERRUN;
     else if (topic_len < 0 || topic_pos + topic_len + 2 > rec_end) stop_after_crc = STOP_TOPIC_OVERRUN;
@@ -117,6 +118,7 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
         props_len = (int16_t)((r[pl_pos] << 8) | r[pl_pos + 1]);
         props_pos = pl_pos + 2;
         computed = props_pos + props_len;
+        have_computed = 1;
         if (computed != rec_end) stop_after_crc = STOP_LENGTH;
     }
     /* The broker checks the body CRC before it reads the topic, so a torn body reports a CRC mismatch. */
@@ -127,7 +129,7 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
     }
     if (stop_after_crc) {
         *a = total;
-        *bb = computed >= 0 ? computed : body_len;
+        *bb = have_computed ? computed : body_len;
         return stop_after_crc;
     }
     row[REC_POS] = p;

@@ -147,7 +147,11 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         summary.files = len(files)
         summary.wall_s = round(time.monotonic() - t0, 3)
         manifest = manifest_header(config, segments, summary)
-        manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
+        try:
+            manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     return manifest, summary
 
 

@@ -102,14 +102,13 @@ class EntryBuffers:
         slow = np.flatnonzero(self.slow[:m])
         if len(slow):
             from rocketidx import messages as M
-            from rocketidx.keys import java_string_hash_py
+            from rocketidx.keys import java_string_hash_py, java_utf8_decode
             mv = memoryview(buf)
             for i in slow.tolist():  # malformed UTF-8 only: rare, decoded as Java decodes it
                 r = recs[self.row[i]]
                 topic = bytes(mv[r[M.REC_TOPIC_POS]:r[M.REC_TOPIC_POS] + r[M.REC_TOPIC_LEN]])
                 key = bytes(mv[self.kpos[i]:self.kpos[i] + self.klen[i]])
-                raw_hash[i] = java_string_hash_py(topic.decode("utf-8", "replace") + "#"
-                                                  + key.decode("utf-8", "replace"))
+                raw_hash[i] = java_string_hash_py(java_utf8_decode(topic) + "#" + java_utf8_decode(key))
         return pa.RecordBatch.from_arrays(
             [pa.array(self.phy[:m].copy()), pa.array(self.seq[:m].copy()), pa.array(hash_to_key_hash(raw_hash)),
              pa.array(self.ts[:m].copy())], schema=ENTRY_SCHEMA)

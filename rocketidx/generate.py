@@ -121,8 +121,9 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig) -> dict:
         sys_flag = (int(tx_kind[i]) if tx[i] else 0) | (L.SYSFLAG_BORNHOST_V6 if born6[i] else 0) \
             | (L.SYSFLAG_STOREHOST_V6 if store6[i] else 0)
         total = int(L.record_length(is_v2, bool(born6[i]), bool(store6[i]), len(body), len(topic), len(props_b)))
-        if pos + total > seg_size - L.BLANK_RECORD_SIZE and pos + total != seg_size:
-            # doAppend: the record does not fit, so a blank record closes the segment.
+        if pos + total + L.BLANK_RECORD_SIZE > seg_size:
+            # doAppend: a record must leave room for a blank record (END_FILE_MIN_BLANK_LENGTH), so one
+            # that does not fit with that room closes the segment with a blank record.
             buf += _BLANK.pack(seg_size - pos, L.MAGIC_BLANK)
             flush()
             f.truncate(seg_size)

@@ -324,7 +324,12 @@ class IndexFile:
             return
         begin_ts = self.header.begin_timestamp
         i = slot_value
+        steps = 0
         while len(out) < max_num:
+            steps += 1
+            if steps > count:  # RocketMQ would loop for ever on a cyclic chain; a valid one is shorter
+                raise CorruptIndexError(self.path, L.slots_offset() + 4 * (key_hash % self.hash_slot_num),
+                                        f"the chain of slot {key_hash % self.hash_slot_num} loops")
             if i >= self.index_num:  # a link past the file: RocketMQ would read garbage; stop
                 return
             item = self.items[i]

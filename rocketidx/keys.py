@@ -100,3 +100,83 @@ def java_string_hash_py(s: str) -> int:
 def key_hash_py(s: str) -> int:
     h = java_string_hash_py(s)
     return 0 if h == -2**31 else abs(h)
+
+
+REPLACEMENT = "\ufffd"
+
+
+def _cont(b: int) -> bool:
+    return (b & 0xC0) == 0x80
+
+
+def java_utf8_decode(data: bytes) -> str:
+    """``new String(bytes, UTF_8)`` as the JDK decodes malformed input (one U+FFFD per malformed unit).
+
+    It differs from Python's "replace" handler on encoded surrogates: ``ED A0 80`` is one U+FFFD in Java
+    (three in Python) and ``ED A0 41`` is U+FFFD then ``A`` (Python gives two U+FFFD). Only rows with
+    malformed bytes come here, so a plain loop is fine.
+    """
+    out: list[str] = []
+    n = len(data)
+    i = 0
+    while i < n:
+        b1 = data[i]
+        i += 1
+        if b1 < 0x80:
+            out.append(chr(b1))
+        elif 0xC2 <= b1 <= 0xDF:
+            if i < n:
+                b2 = data[i]
+                if _cont(b2):
+                    out.append(chr(((b1 & 0x1F) << 6) | (b2 & 0x3F)))
+                    i += 1
+                else:
+                    out.append(REPLACEMENT)
+                continue
+            out.append(REPLACEMENT)
+            break
+        elif 0xE0 <= b1 <= 0xEF:
+            if i + 1 < n:
+                b2, b3 = data[i], data[i + 1]
+                if (b1 == 0xE0 and (b2 & 0xE0) == 0x80) or not _cont(b2) or not _cont(b3):
+                    out.append(REPLACEMENT)
+                    i += 0 if ((b1 == 0xE0 and (b2 & 0xE0) == 0x80) or not _cont(b2)) else 1
+                else:
+                    c = ((b1 & 0x0F) << 12) | ((b2 & 0x3F) << 6) | (b3 & 0x3F)
+                    out.append(REPLACEMENT if 0xD800 <= c <= 0xDFFF else chr(c))
+                    i += 2
+                continue
+            if i < n and ((b1 == 0xE0 and (data[i] & 0xE0) == 0x80) or not _cont(data[i])):
+                out.append(REPLACEMENT)
+                continue
+            out.append(REPLACEMENT)
+            break
+        elif 0xF0 <= b1 <= 0xF7:
+            if i + 2 < n:
+                b2, b3, b4 = data[i], data[i + 1], data[i + 2]
+                uc = ((b1 & 0x07) << 18) | ((b2 & 0x3F) << 12) | ((b3 & 0x3F) << 6) | (b4 & 0x3F)
+                if not _cont(b2) or not _cont(b3) or not _cont(b4) or not (0x10000 <= uc <= 0x10FFFF):
+                    out.append(REPLACEMENT)
+                    if (b1 > 0xF4 or (b1 == 0xF0 and not 0x90 <= b2 <= 0xBF)
+                            or (b1 == 0xF4 and (b2 & 0xF0) != 0x80) or not _cont(b2)):
+                        pass  # only the lead byte is malformed
+                    elif not _cont(b3):
+                        i += 1
+                    else:
+                        i += 2
+                else:
+                    out.append(chr(uc))
+                    i += 3
+                continue
+            if b1 > 0xF4 or (i < n and ((b1 == 0xF0 and not 0x90 <= data[i] <= 0xBF)
+                                        or (b1 == 0xF4 and (data[i] & 0xF0) != 0x80) or not _cont(data[i]))):
+                out.append(REPLACEMENT)
+                continue
+            i += 1
+            out.append(REPLACEMENT)
+            if i < n and not _cont(data[i]):
+                continue
+            break
+        else:
+            out.append(REPLACEMENT)
+    return "".join(out)

@@ -225,12 +225,9 @@ def find_first_record(buf, seg: Segment, start: int, end: int) -> int | None:
         ok, _ = _check_fields(u8, np.array([p], np.int64), seg.size)
         if not ok[0]:
             continue
-        nxt = p + _HEAD.unpack_from(buf, p)[0]
-        follow = _head_stop(buf, seg, nxt) if nxt < seg.size else None
-        if follow is not None and follow.kind == STOP_CORRUPT:
-            continue
-        if follow is None and _PHY.unpack_from(buf, nxt + _PHY_AT)[0] != seg.base_offset + nxt:
-            continue
+        # PHYSICALOFFSET, magic and field lengths adding up to TOTALSIZE all agree: a body that mimics
+        # all three by chance is not a practical concern. The record after it is not consulted: it may
+        # be the corrupt record where reading must stop, and the scan reports that.
         return p
 
 
@@ -256,14 +253,14 @@ def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.BinaryArray:
 def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
     """Bytes -> strings as Java's ``new String(bytes, UTF_8)`` does: malformed input becomes U+FFFD.
 
-    Valid input is a zero-copy cast; only a batch holding malformed bytes is decoded row by row
-    (Python's "replace" handler substitutes maximal subparts the way Java's decoder does).
+    Valid input is a zero-copy cast; only a batch holding malformed bytes is decoded row by row with
+    :func:`rocketidx.keys.java_utf8_decode`, which follows the JDK's replacement rules.
     """
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
-        return pa.array([None if b is None else b.decode("utf-8", "replace") for b in arr.to_pylist()],
-                        pa.string())
+        from rocketidx.keys import java_utf8_decode
+        return pa.array([None if b is None else java_utf8_decode(b) for b in arr.to_pylist()], pa.string())
 
 
 def property_ranges(data: np.ndarray, offs: np.ndarray, names: list[str]

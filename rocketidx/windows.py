@@ -15,7 +15,18 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from rocketidx.errors import ConfigError
+from rocketidx.errors import ConfigError, RocketIdxError
+
+
+class FileNameError(RocketIdxError):
+    """A store timestamp that cannot become a broker-style file name."""
+
+    def __init__(self, ms: int, reason: str) -> None:
+        super().__init__(ms, reason)
+        self.ms, self.reason = ms, reason
+
+    def __str__(self) -> str:
+        return f"store timestamp {self.ms} of a file's first entry: {self.reason}"
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
@@ -67,7 +78,12 @@ def resolve_timezone(name: str | None) -> tuple[str, object]:
 def render_name(ms: int, tz) -> str:
     """``UtilAll.timeMillisToHumanString``: yyyyMMddHHmmssSSS in ``tz``."""
     # Whole seconds through the zone, millis appended: a float ms/1000 can round 0.123 to 0.122999.
-    dt = datetime.fromtimestamp(ms // 1000, tz)
+    try:
+        dt = datetime.fromtimestamp(ms // 1000, tz)
+    except (ValueError, OverflowError, OSError) as e:
+        raise FileNameError(ms, "outside the years 1 to 9999 that a yyyyMMddHHmmssSSS name can hold") from e
+    if dt.year < 1000:
+        raise FileNameError(ms, "before year 1000: the name would not have four year digits")
     return dt.strftime("%Y%m%d%H%M%S") + f"{ms % 1000:03d}"
 
 

@@ -30,3 +30,16 @@ def golden_params():
     if not GOLDEN_CASES:
         return [pytest.param(None, marks=pytest.mark.skip(reason="../shared/golden not present"))]
     return [pytest.param(c, id=c.name) for c in GOLDEN_CASES]
+
+
+def _reader_native_params():
+    from rocketidx.messages import native_available
+    return [pytest.param(False, id="numpy"),
+            pytest.param(True, id="native", marks=pytest.mark.skipif(
+                not native_available(), reason="rocketidx._native is not built"))]
+
+
+@pytest.fixture(params=_reader_native_params())
+def reader_native(request) -> bool:
+    """Run a reader/entries test on the numpy reference path and on the compiled kernel."""
+    return request.param
