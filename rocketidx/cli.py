@@ -1,7 +1,9 @@
-"""``rocketidx``: gen, build, query.
+"""``rocketidx``: gen, build, query, verify, backfill, demo.
 
-Exit codes: 0 done, 1 the input has problems the command reports, 2 the command could not run (bad
-arguments, unreadable or locked paths). Errors print one line naming the file and byte offset.
+Exit codes: 0 done (a build whose reading stopped at a corrupt record still exits 0: it indexed what the
+broker's recovery keeps and prints where and why it stopped); 1 ``verify`` found problems; 2 the command
+could not run (bad arguments, a path that is not a CommitLog or index, a locked store or output), with one
+line on stderr naming the file and, for bad data, the byte offset.
 """
 from __future__ import annotations
 
