@@ -42,7 +42,7 @@ def open_index(path: str | os.PathLike, hash_slot_num: int | None = None, index_
     return [IndexFile(directory / n, hash_slot_num, index_num) for n in names]
 
 
-__all__ = ["open_index", "query_offsets"]
+__all__ = ["open_index", "query_offsets", "query_offsets_exact", "read_messages_at"]
 
 
 def read_messages_at(commitlog, offsets: list[int], *, check_crc: bool = True):
@@ -102,3 +102,16 @@ def _preview(body: bytes, compressed: bool) -> str:
     except UnicodeDecodeError:
         pass
     return "hex: " + body[:32].hex()
+
+
+def query_offsets_exact(files: list[IndexFile], commitlog, topic: str, key: str, begin: int = 0,
+                        end: int = 2**63 - 1, max_num: int = L.DEFAULT_MAX_MSGS_NUM_BATCH) -> list[int]:
+    """:func:`query_offsets`, then only the offsets whose message makes the entry ``topic#key``.
+
+    The broker leaves keys with equal hashes to the client; this is that client-side check, done
+    against the CommitLog (like the broker, it filters after taking at most ``max_num`` offsets).
+    """
+    offsets = query_offsets(files, topic, key, begin, end, max_num)
+    table, _ = read_messages_at(commitlog, offsets)
+    return [o for o, row in zip(offsets, table.to_pylist())
+            if message_has_key(row if row["topic"] is not None else None, topic, key)]
