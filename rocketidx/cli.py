@@ -71,10 +71,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
     b.add_argument("--conf", default=None, help="JSON settings file (see conf/defaults.json)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--in-process", action="store_true",
+                   help="build in this Python process with the core alone, no Spark (small stores, no JVM)")
+    b.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
+    b.add_argument("--spark-conf", default=None, help="Spark settings and split size (default conf/spark.json)")
+    b.add_argument("--split-bytes", type=_size, default=None, help="byte range per read task (default 128m)")
+    b.add_argument("--partitions", type=_positive_int, default=None, help="writer partitions (default: cores)")
+    b.add_argument("--from-offset", type=_positive_int, default=None, help="first CommitLog offset to index")
+    b.add_argument("--to-offset", type=_positive_int, default=None, help="index messages starting before this offset")
+    b.add_argument("--from-time", default=None, help="epoch ms or ISO-8601 store time (inclusive)")
+    b.add_argument("--to-time", default=None, help="epoch ms or ISO-8601 store time (exclusive)")
 
     d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
     d.add_argument("--messages", type=_positive_int, default=300_000)
+    d.add_argument("--master", default="local[*]", help="Spark master for the build (default local[*])")
+    d.add_argument("--in-process", action="store_true", help="build with the core alone, no Spark")
 
     bf = sub.add_parser("backfill", help="rebuild the index range a crashed broker lost, into its stopped store")
     bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
@@ -94,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--index-num", type=_positive_int, default=None)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    from rocketidx import stats_cli
+    stats_cli.add_parser(sub)
 
     q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
     q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index)")
@@ -126,16 +141,52 @@ def cmd_gen(a) -> int:
 
 
 def cmd_build(a) -> int:
-    from rocketidx.build import build_index
     from rocketidx.config import load_config
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
                       timezone=a.timezone, check_crc=False if a.no_crc else None)
-    manifest, summary = build_index(a.commitlog, a.out, cfg)
+    spark_only = [f for f in ("master", "spark_conf", "split_bytes", "partitions", "from_offset", "to_offset",
+                              "from_time", "to_time") if getattr(a, f) is not None]
+    if a.in_process:
+        if spark_only:
+            print(f"rocketidx build: --{spark_only[0].replace('_', '-')} needs the Spark build (drop --in-process)",
+                  file=sys.stderr)
+            return 2
+        from rocketidx.build import build_index
+        manifest, summary = build_index(a.commitlog, a.out, cfg)
+        spark_stats = None
+    else:
+        summary, spark_stats = _build_on_spark(a, cfg)
     if a.json:
-        print(json.dumps(summary.as_dict()))
+        print(json.dumps(dict(summary.as_dict(), spark=spark_stats)))
     else:
         print_summary(summary)
+        if spark_stats:
+            print(f"spark: {spark_stats.get('splits')} splits, {spark_stats.get('partitions')} writer partitions, "
+                  f"peak Python worker RSS {spark_stats.get('peak_worker_rss_mb', 0):.0f} MB")
     return 0
+
+
+def _build_on_spark(a, cfg):
+    from pathlib import Path
+
+    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.session import get_session, load_spark_settings
+    from rocketidx.spark.source import parse_time_ms
+    default_conf = Path(__file__).resolve().parents[1] / "conf" / "spark.json"
+    settings = load_spark_settings(a.spark_conf or (default_conf if default_conf.exists() else None),
+                                   split_bytes=a.split_bytes, shuffle_partitions=a.partitions, master=a.master)
+    from_time = parse_time_ms(a.from_time, "from_time") if a.from_time else None
+    to_time = parse_time_ms(a.to_time, "to_time") if a.to_time else None
+    spark = get_session(settings.master, settings.conf)
+    stats: dict = {}
+    try:
+        _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
+                                       from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=from_time,
+                                       to_time_ms=to_time, shuffle_partitions=settings.shuffle_partitions,
+                                       stats=stats)
+    finally:
+        spark.stop()
+    return summary, stats
 
 
 def print_summary(s) -> None:
@@ -250,8 +301,19 @@ def cmd_demo(a) -> int:
         print(f"generating a sample store of {a.messages:,} messages in {store} ...", flush=True)
         generate_store(store, GenConfig(messages=a.messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
     out = root / "out"
-    print(f"building the index of {store}/commitlog into {out} ...", flush=True)
-    manifest, summary = build_index(store, out, BuildConfig(timezone="UTC"))
+    config = BuildConfig(timezone="UTC")
+    if a.in_process:
+        print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
+        manifest, summary = build_index(store, out, config)
+    else:
+        from rocketidx.spark.pipeline import build_index_spark
+        from rocketidx.spark.session import get_session
+        print(f"building the index of {store}/commitlog into {out} on local Spark ...", flush=True)
+        spark = get_session(a.master)
+        try:
+            manifest, summary = build_index_spark(store, out, config, spark=spark, split_bytes=32 * 1024**2)
+        finally:
+            spark.stop()
     print_summary(summary)
     print(f"files: {', '.join(f['name'] for f in manifest['files'])}")
     first, _ = read_segment(list_segments(store)[0], end=4096)
@@ -310,7 +372,12 @@ def cmd_backfill(a) -> int:
     return 0
 
 
-COMMANDS = {"demo": cmd_demo, "verify": cmd_verify, "backfill": cmd_backfill, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
+def cmd_stats(a) -> int:
+    from rocketidx.stats_cli import cmd_stats as run
+    return run(a)
+
+
+COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfill": cmd_backfill, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,35 +1,10 @@
 """Shared fixtures: paths to the reference cases in ../shared, and scratch directories."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-GOLDEN = SHARED / "golden"
-EXTERNAL = SHARED / "external"
-GOLDEN_CASES = sorted(p for p in GOLDEN.glob("*") if (p / "case.json").exists()) if GOLDEN.exists() else []
-
-
-def load_case(case: Path) -> dict:
-    return json.loads((case / "case.json").read_text())
-
-
-def expected_manifest(case: Path) -> dict:
-    return json.loads((case / "expected" / "manifest.json").read_text())
-
-
-def expected_files(case: Path) -> list[Path]:
-    files = sorted(expected_manifest(case)["files"], key=lambda f: (f["window"], f["seq"]))
-    return [case / "expected" / "index" / f["name"] for f in files]
-
-
-def golden_params():
-    if not GOLDEN_CASES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason="../shared/golden not present"))]
-    return [pytest.param(c, id=c.name) for c in GOLDEN_CASES]
+from refdata import (EXTERNAL, GOLDEN, GOLDEN_CASES, ROOT, SHARED, expected_files,  # noqa: F401
+                     expected_manifest, golden_params, load_case)
 
 
 def _reader_native_params():

@@ -7,10 +7,12 @@ returns them.
 
 The plan (one Spark job, two stages)::
 
-    rocketmq-commitlog source, output=entries        splits of split_bytes; key hashes computed here
+    rocketmq-commitlog source, output=shuffle        splits of split_bytes; key hashes computed here;
+                                                     one bundle row per window per decoded batch
       -> repartition(n, window's partition key)      a window lives in exactly one partition; every
                                                      split's info row is copied to every partition
-      -> sortWithinPartitions(window, phy_offset, entry_seq)
+      -> sortWithinPartitions(window, phy_offset)    bundles of a window hold disjoint offset ranges,
+                                                     and entries inside a bundle are in entry order
       -> mapInArrow(write_partition)                 IndexFiles into attempt-unique task directories
       -> collect the manifest rows (files, windows, splits) to the driver
     driver: resolve the stops, validate, move the files into the version directory, output.commit
@@ -83,19 +85,20 @@ def partition_keys(n: int) -> list[int]:
 
 
 def entries_frame(spark, opts: SourceOptions):
-    """The entry stage: ``spark.read.format("rocketmq-commitlog")`` with ``output=entries``."""
+    """The entry stage: ``spark.read.format("rocketmq-commitlog")`` with ``output=shuffle``."""
     register(spark)
-    return spark.read.format(SOURCE_NAME).options(**replace(opts, output="entries").as_options()).load()
+    return spark.read.format(SOURCE_NAME).options(**replace(opts, output="shuffle").as_options()).load()
 
 
 def partition_entries(entries, n: int):
     """The window stage: each window in exactly one of ``n`` partitions, info copies to each, sorted by
-    ``(window nulls first, phy_offset, entry_seq)`` so every writer sees the info rows first."""
+    ``(window nulls first, phy_offset)`` so every writer sees the info rows first."""
     from pyspark.sql import functions as F
     keys = F.array(*[F.lit(k).cast("long") for k in partition_keys(n)])
-    slot = F.pmod(F.coalesce(F.col("window"), F.col("entry_seq").cast("long")), F.lit(n)).cast("int")
+    # Info rows carry their copy number in phy_offset: copy c goes where window c (mod n) goes.
+    slot = F.pmod(F.coalesce(F.col("window"), F.col("phy_offset")), F.lit(n)).cast("int")
     return (entries.repartition(n, F.element_at(keys, slot + 1))
-            .sortWithinPartitions(F.col("window").asc_nulls_first(), "phy_offset", "entry_seq"))
+            .sortWithinPartitions(F.col("window").asc_nulls_first(), "phy_offset"))
 
 
 # --- the build ------------------------------------------------------------------------------------
@@ -104,11 +107,13 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       spark=None, master: str | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
                       from_offset: int | None = None, to_offset: int | None = None,
                       from_time_ms: int | None = None, to_time_ms: int | None = None,
-                      shuffle_partitions: int | None = None) -> tuple[dict, BuildSummary]:
+                      shuffle_partitions: int | None = None, stats: dict | None = None
+                      ) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
 
     ``spark``: a session to use (else one is joined or created, ``master`` default ``local[*]``);
-    ``shuffle_partitions``: writer partitions (default: the session's default parallelism).
+    ``shuffle_partitions``: writer partitions (default: the session's default parallelism);
+    ``stats``: a dict to fill with Spark-side figures (splits, partitions, peak worker RSS, job time).
     """
     from rocketidx.output import commit, new_staging, output_lock
 
@@ -128,7 +133,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     n = shuffle_partitions or spark.sparkContext.defaultParallelism
     # Pin the end: a live broker may add a segment between this listing and the source's own.
     end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
-    opts = SourceOptions(path=commitlog, output="entries", from_offset=from_offset, to_offset=end,
+    opts = SourceOptions(path=commitlog, output="shuffle", from_offset=from_offset, to_offset=end,
                          from_time_ms=from_time_ms, to_time_ms=to_time_ms, check_crc=config.check_crc,
                          split_bytes=split_bytes, batch_records=config.batch_records,
                          window_ms=config.window_ms, stop_replicas=n)
@@ -136,7 +141,14 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     with output_lock(out):
         staging = new_staging(out)
         try:
+            t_job = time.monotonic()
             rows, resolved, splits = _run(spark, opts, staging, config, n, segments)
+            t_job = time.monotonic() - t_job
+            if resolved.stop and resolved.stop["kind"] == "corrupt":
+                log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
+                            resolved.stop["segment"], resolved.stop["segment_offset"],
+                            resolved.stop["phy_offset"], resolved.stop["reason"])
+            t_commit = time.monotonic()
             files, windows, skipped = validate(rows, resolved, config)
             stage_files(staging, rows, files)
             summary.bytes_read = resolved.bytes_read
@@ -157,10 +169,20 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             if filters:  # only then: an unfiltered build's manifest equals the in-process one
                 manifest["filters"] = filters
             manifest = commit(out, staging, files, manifest, config.tzinfo)
+            t_commit = time.monotonic() - t_commit
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    log.info("spark build: %d splits, %d partitions, %d files in %.2fs", splits, n, summary.files, summary.wall_s)
+    infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
+    tasks = [r for r in rows if r["kind"] == "task"]
+    rss = [i.worker_rss_kb for i in infos] + [r["worker_rss_kb"] for r in tasks]
+    figures = {"splits": splits, "partitions": n, "job_s": round(t_job, 3), "commit_s": round(t_commit, 3),
+               "peak_worker_rss_mb": round(max(rss, default=0) / 1024, 1),
+               "python_read_cpu_s": round(sum(i.cpu_ms for i in infos) / 1000, 2),
+               "python_write_cpu_s": round(sum(r["cpu_ms"] for r in tasks) / 1000, 2)}
+    if stats is not None:
+        stats.update(figures)
+    log.info("spark build: %s, %d files in %.2fs", figures, summary.files, summary.wall_s)
     return manifest, summary
 
 
@@ -173,7 +195,7 @@ def _run(spark, opts: SourceOptions, staging: Path, config: BuildConfig, n: int,
         params = WriterParams(str(staging), config.hash_slot_num, config.index_num, config.window_ms, len(parts))
         df = partition_entries(entries_frame(spark, opts), n).mapInArrow(
             partial(write_partition, params=params), _spark_schema(WRITER_ROWS))
-        rows = [r.asDict() for r in df.collect()]
+        rows = [r.asDict() for r in _collect_bounded(spark, df)]
         infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
         if len({i.index for i in infos}) != len(parts):
             raise RocketIdxError(f"the writers returned {len({i.index for i in infos})} of {len(parts)} split "
@@ -191,6 +213,24 @@ def _run(spark, opts: SourceOptions, staging: Path, config: BuildConfig, n: int,
         shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
         opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
+
+
+# A bundle holds up to batch_records messages (~2 MB at the defaults): the writer's Arrow batches are
+# cut by bytes, not only by rows, so a task holds a few bundles at a time, never a whole window.
+WRITER_BATCH_BYTES = 64 * 1024**2
+
+
+def _collect_bounded(spark, df):
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, str(WRITER_BATCH_BYTES))
+    try:
+        return df.collect()
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
 
 
 def _spark_schema(schema):

@@ -4,11 +4,14 @@ In: a broker store (holding ``commitlog/``) or a CommitLog directory, local or a
 and string options (see :class:`SourceOptions`). Out, by ``output``:
 
 * ``messages`` (default): one row per valid record, :data:`rocketidx.messages.MESSAGE_SCHEMA`;
-* ``entries``: the index entries as fixed-width columns ``(window, phy_offset, entry_seq, key_hash,
-  store_timestamp_ms)`` plus one *info row* per split (``window`` null, ``info`` = :class:`RangeInfo`
-  JSON) repeated ``stop_replicas`` times, ``entry_seq`` numbering the copies; key strings never leave
-  the task;
-* ``stops``: one row per split saying where its reading ended and why.
+* ``entries``: one row per index entry, ``(window, phy_offset, entry_seq, key_hash, store_timestamp_ms)``
+  (:data:`ENTRY_ROWS`), in broker order within a split;
+* ``stops``: one row per split saying where its reading ended and why (:data:`STOP_ROWS`);
+* ``shuffle``: what the Spark build shuffles (:data:`SHUFFLE_ROWS`): one *bundle* row per window per
+  decoded batch, holding that window's messages of the batch in CommitLog order as packed fixed-width
+  columns (offsets, store times, entry counts, then every entry's key hash in entry order), plus each
+  split's *info row* (``window`` null, ``info`` = :class:`RangeInfo` JSON) repeated ``stop_replicas``
+  times with ``phy_offset`` numbering the copies. Key strings never leave the task.
 
 Stays true:
 * each segment is cut into byte ranges of ``split_bytes``; a task maps its segment and reads only the
@@ -30,8 +33,8 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Iterable, Iterator, Mapping
 
 import pyarrow as pa
@@ -42,19 +45,34 @@ from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "rocketmq-commitlog"
-OUTPUTS = ("messages", "entries", "stops")
+OUTPUTS = ("messages", "entries", "stops", "shuffle")
 DEFAULT_SPLIT_BYTES = 128 * 1024**2  # an HDFS block: ~8 tasks per 1 GiB segment
 # A remote split fetches this much past its end: a record that starts in the split ends within it,
 # since the broker caps a message at maxMessageSize = 4 MiB (a longer one triggers a full refetch).
 REMOTE_MARGIN_BYTES = 8 * 1024**2
 
 ENTRY_ROWS = pa.schema([
-    ("window", pa.int64()),  # null on info rows
+    ("window", pa.int64()),
     ("phy_offset", pa.int64()),
-    ("entry_seq", pa.int32()),  # on info rows: the copy's number (which writer partition it is for)
+    ("entry_seq", pa.int32()),
     ("key_hash", pa.int32()),
     ("store_timestamp_ms", pa.int64()),
-    ("info", pa.binary()),  # RangeInfo JSON on info rows, null on entries
+])
+
+# A bundle row per (batch, window) rather than a row per entry: Spark's cost is per row (Arrow -> rows,
+# shuffle, sort, rows -> Arrow), and on the 5.7 GB bench store that cost, at a row per message, was
+# twice the whole core's CPU (19 s of JVM CPU against the core build's 11 s). A bundle carries the same
+# fixed-width values; bundles of one window never overlap in offsets, so ordering them by
+# (window, first offset) keeps every window's entries in CommitLog order.
+SHUFFLE_ROWS = pa.schema([
+    ("window", pa.int64()),  # null on info rows
+    ("phy_offset", pa.int64()),  # the bundle's first message; on info rows the copy's number
+    ("messages", pa.int32()),
+    ("phy_offsets", pa.binary()),  # int64 little-endian, one per message
+    ("store_timestamps_ms", pa.binary()),  # int64 little-endian, one per message
+    ("entry_counts", pa.binary()),  # int32 little-endian, one per message (each makes at least one)
+    ("key_hashes", pa.binary()),  # int32 little-endian, one per entry, in entry order
+    ("info", pa.binary()),  # RangeInfo JSON on info rows, null otherwise
 ])
 
 STOP_ROWS = pa.schema([
@@ -72,6 +90,7 @@ STOP_ROWS = pa.schema([
     ("phy_offset", pa.int64()),
     ("kind", pa.string()),
     ("reason", pa.string()),
+    ("phy_mismatch_at", pa.int64()),  # first record whose PHYSICALOFFSET is not its position, or null
 ])
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -108,7 +127,8 @@ def parse_time_ms(text: str | int, option: str) -> int:
         raise ConfigError(option, text, "expected epoch milliseconds or an ISO-8601 date-time") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
+    # Integer arithmetic: a float timestamp turns .123 s into 122.9999 ms.
+    return (dt - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
 
 
 def _int(options: Mapping[str, str], name: str, *, minimum: int | None = None) -> int | None:
@@ -163,8 +183,8 @@ class SourceOptions:
     ``check_crc``       true (default) | false: check each body's CRC, as the broker's recovery does
     ``split_bytes``     bytes per split (default 128m)
     ``batch_records``   records decoded per Arrow batch (default 65536)
-    ``window``          entries: window length (1h, 15m, 0 = one window; default 1h)
-    ``stop_replicas``   entries: copies of each split's info row (one per writer partition)
+    ``window``          entries, shuffle: window length (1h, 15m, 0 = one window; default 1h)
+    ``stop_replicas``   shuffle: copies of each split's info row (one per writer partition)
     ``whole_segments``  base offsets of segments read as one split (no resync inside them)
     ``skip_offsets``    ``START-END,...`` absolute offset intervals whose records are left out
     """
@@ -301,10 +321,6 @@ class RangePartition(InputPartition):
     start: int
     end: int
 
-    @property
-    def abs_start(self) -> int:
-        return self.base_offset + self.start
-
 
 def plan_partitions(segments, opts: SourceOptions) -> list[RangePartition]:
     """Cut the segments into splits of ``split_bytes``, clipped to ``[from_offset, to_offset)``."""
@@ -347,6 +363,8 @@ class RangeInfo:
     indexed: int = 0
     entries: int = 0
     phy_mismatch_at: int | None = None  # first record whose PHYSICALOFFSET is not its own offset
+    worker_rss_kb: int = 0  # peak RSS of the Python worker that read the split, when it finished
+    cpu_ms: int = 0  # CPU time the Python worker spent on this split
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()
@@ -541,7 +559,7 @@ def _peek(buf, seg, at: int, check_crc: bool):
 
 
 def _read_split(part: RangePartition, opts: SourceOptions, want: str) -> Iterator:
-    """Yield ``want`` ("messages", "entries" or nothing) batches of one split; return its RangeInfo."""
+    """Yield ``want`` (an output name; "stops" yields nothing) batches of one split; return its RangeInfo."""
     fetch_to = None if not is_uri(part.path) else part.end + REMOTE_MARGIN_BYTES
     while True:
         view = _Segment(part, fetch_to)
@@ -579,6 +597,7 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
     from rocketidx.segments import SegmentRange
     from rocketidx.windows import assign_windows
 
+    cpu0 = _cpu_ms()
     seg, buf = view.seg, view.buf
     remote = view.hi < part.size
     held: list[pa.RecordBatch] = []  # a partial remote fetch yields only once it proved sufficient
@@ -587,9 +606,10 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
     first = None
     records = rollback = indexed = n_entries = 0
     mismatch = None
-    chunks = reader.entry_chunks() if want == "entries" else reader.record_chunks()
+    with_entries = want in ("entries", "shuffle")
+    chunks = reader.entry_chunks() if with_entries else reader.record_chunks()
     for item in chunks:
-        recs, entries = item if want == "entries" else (item, None)
+        recs, entries = item if with_entries else (item, None)
         if first is None:
             first = int(recs[0, M.REC_POS])
         pos = seg.base_offset + recs[:, M.REC_POS]
@@ -610,14 +630,19 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
         rollback += rollback_count(recs)
         if want == "messages":
             batch = M.records_to_batch(buf, seg, recs)
-        elif want == "entries":
-            seq = entries.column("entry_seq")
-            indexed += int(np.count_nonzero(seq.to_numpy() == 0))
+        elif with_entries:
+            seq = entries.column("entry_seq").to_numpy()
+            firsts = np.flatnonzero(seq == 0)  # a message's entries are adjacent, its first has seq 0
+            indexed += len(firsts)
             n_entries += entries.num_rows
             ts = entries.column("store_timestamp_ms")
-            batch = pa.RecordBatch.from_arrays(
-                [pa.array(assign_windows(ts.to_numpy(), opts.window_ms)), entries.column("phy_offset"), seq,
-                 entries.column("key_hash"), ts, pa.nulls(entries.num_rows, pa.binary())], schema=ENTRY_ROWS)
+            window = assign_windows(ts.to_numpy(), opts.window_ms)
+            if want == "entries":
+                batch = pa.RecordBatch.from_arrays(
+                    [pa.array(window), entries.column("phy_offset"), entries.column("entry_seq"),
+                     entries.column("key_hash"), ts], schema=ENTRY_ROWS)
+            else:
+                batch = _shuffle_batch(entries, firsts, window)
         else:
             continue
         if remote:
@@ -635,13 +660,100 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
             stop = peeked
     info = RangeInfo(part.index, part.path, part.base_offset, part.size, part.start, part.end, first,
                      stop.segment_offset, stop.kind, stop.reason, records, rollback, indexed, n_entries,
-                     mismatch)
+                     mismatch, _peak_rss_kb(), _cpu_ms() - cpu0)
     view.complete = not remote or _within(info, view)
     if remote and view.complete:
         yield from held
     if stop.kind == M.STOP_CORRUPT and view.complete:
         log.warning("reading %s stopped at byte %d: %s", part.path, stop.segment_offset, stop.reason)
     return info
+
+
+def _shuffle_batch(entries: pa.RecordBatch, firsts, window) -> pa.RecordBatch:
+    """Bundle rows of one decoded batch: its messages with entries, grouped by window (each group in
+    CommitLog order). A message's entries are adjacent and its first has ``entry_seq == 0``."""
+    import numpy as np
+    n = len(firsts)
+    if n == 0:
+        return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in SHUFFLE_ROWS], schema=SHUFFLE_ROWS)
+    hashes = entries.column("key_hash").to_numpy().astype("<i4", copy=False)
+    phy = entries.column("phy_offset").to_numpy()[firsts].astype("<i8", copy=False)
+    ts = entries.column("store_timestamp_ms").to_numpy()[firsts].astype("<i8", copy=False)
+    counts = np.diff(np.append(firsts, len(hashes))).astype("<i4")
+    msg_window = window[firsts]
+    if msg_window[0] == msg_window[-1] and (msg_window == msg_window[0]).all():  # the usual case
+        groups = [np.arange(n)]
+    else:
+        order = np.argsort(msg_window, kind="stable")
+        groups = np.split(order, np.flatnonzero(np.diff(msg_window[order])) + 1)
+    rows = {f.name: [] for f in SHUFFLE_ROWS}
+    for g in groups:
+        rows["window"].append(int(msg_window[g[0]]))
+        rows["phy_offset"].append(int(phy[g[0]]))
+        rows["messages"].append(len(g))
+        rows["phy_offsets"].append(phy[g].tobytes())
+        rows["store_timestamps_ms"].append(ts[g].tobytes())
+        rows["entry_counts"].append(counts[g].tobytes())
+        rows["key_hashes"].append(hashes[_entry_indices(firsts[g], counts[g])].tobytes())
+        rows["info"].append(None)
+    return pa.RecordBatch.from_pydict(rows, schema=SHUFFLE_ROWS)
+
+
+def _entry_indices(starts, counts):
+    """The indices ``start, start+1, .., start+count-1`` of every (start, count), concatenated."""
+    import numpy as np
+    total = int(counts.sum())
+    if len(starts) and starts[-1] + counts[-1] - starts[0] == total:  # contiguous: one slice
+        return np.arange(starts[0], starts[0] + total)
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(counts)[:-1])), counts)
+    return offsets + np.arange(total)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One bundle row unpacked: a window's messages (numpy arrays) and their entries' key hashes."""
+
+    window: int
+    phy_offsets: object  # int64 per message
+    store_timestamps_ms: object  # int64 per message
+    entry_counts: object  # int32 per message
+    key_hashes: object  # int32 per entry
+
+    @classmethod
+    def from_row(cls, window: int, phy: bytes, ts: bytes, counts: bytes, hashes: bytes) -> "Bundle":
+        import numpy as np
+        return cls(window, np.frombuffer(phy, "<i8"), np.frombuffer(ts, "<i8"), np.frombuffer(counts, "<i4"),
+                   np.frombuffer(hashes, "<i4"))
+
+    def entries(self, keep=None):
+        """``(phy_offset, key_hash, store_timestamp_ms)`` per entry, for the messages ``keep`` selects."""
+        import numpy as np
+        phy, ts, counts, hashes = self.phy_offsets, self.store_timestamps_ms, self.entry_counts, self.key_hashes
+        if keep is not None and not keep.all():
+            starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+            hashes = hashes[_entry_indices(starts[keep], counts[keep])]
+            phy, ts, counts = phy[keep], ts[keep], counts[keep]
+        return np.repeat(phy, counts), hashes, np.repeat(ts, counts)
+
+
+def iter_bundles(batch: pa.RecordBatch):
+    """The bundle rows of a ``shuffle`` batch (info rows skipped), as :class:`Bundle` values."""
+    cols = [batch.column(c).to_pylist() for c in ("window", "phy_offsets", "store_timestamps_ms",
+                                                   "entry_counts", "key_hashes")]
+    for w, phy, ts, counts, hashes in zip(*cols):
+        if w is not None:
+            yield Bundle.from_row(w, phy, ts, counts, hashes)
+
+
+def _peak_rss_kb() -> int:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _cpu_ms() -> int:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return int((r.ru_utime + r.ru_stime) * 1000)
 
 
 def _keep(pos, store_ts, opts: SourceOptions):
@@ -665,13 +777,11 @@ def read_split(part: RangePartition, opts: SourceOptions) -> Iterator[pa.RecordB
         yield _stop_batch(info)
         return
     info = yield from _read_split(part, opts, opts.output)
-    if opts.output == "entries":
+    if opts.output == "shuffle":
         n = opts.stop_replicas
-        raw = info.to_json()
-        yield pa.RecordBatch.from_arrays(
-            [pa.nulls(n, pa.int64()), pa.nulls(n, pa.int64()), pa.array(range(n), pa.int32()),
-             pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64()), pa.array([raw] * n, pa.binary())],
-            schema=ENTRY_ROWS)
+        cols = {f.name: [None] * n for f in SHUFFLE_ROWS}
+        cols.update(phy_offset=list(range(n)), info=[info.to_json()] * n)
+        yield pa.RecordBatch.from_pydict(cols, schema=SHUFFLE_ROWS)
 
 
 def _stop_batch(info: RangeInfo) -> pa.RecordBatch:
@@ -680,7 +790,8 @@ def _stop_batch(info: RangeInfo) -> pa.RecordBatch:
         "base_offset": info.base_offset, "segment_size": info.size, "range_start": info.start,
         "range_end": info.end, "first_record": info.first, "records": info.records,
         "rollback_skipped": info.rollback, "segment_offset": info.stop_offset, "phy_offset": info.base_offset + info.stop_offset,
-        "kind": info.stop_kind, "reason": info.stop_reason}], schema=STOP_ROWS)
+        "kind": info.stop_kind, "reason": info.stop_reason, "phy_mismatch_at": info.phy_mismatch_at}],
+        schema=STOP_ROWS)
 
 
 def info_from_stop_row(row) -> RangeInfo:
@@ -688,7 +799,7 @@ def info_from_stop_row(row) -> RangeInfo:
     get = row.asDict() if hasattr(row, "asDict") else dict(row)
     return RangeInfo(get["range_index"], get["path"], get["base_offset"], get["segment_size"], get["range_start"],
                      get["range_end"], get["first_record"], get["segment_offset"], get["kind"], get["reason"],
-                     get["records"], get["rollback_skipped"])
+                     get["records"], get["rollback_skipped"], phy_mismatch_at=get["phy_mismatch_at"])
 
 
 # --- the Spark data source ------------------------------------------------------------------------
@@ -696,7 +807,8 @@ def info_from_stop_row(row) -> RangeInfo:
 def spark_schema(output: str):
     from pyspark.sql.pandas.types import from_arrow_schema
     from rocketidx.messages import MESSAGE_SCHEMA
-    return from_arrow_schema({"messages": MESSAGE_SCHEMA, "entries": ENTRY_ROWS, "stops": STOP_ROWS}[output])
+    return from_arrow_schema({"messages": MESSAGE_SCHEMA, "entries": ENTRY_ROWS, "stops": STOP_ROWS,
+                              "shuffle": SHUFFLE_ROWS}[output])
 
 
 class CommitLogDataSource(DataSource):
@@ -727,13 +839,18 @@ class CommitLogReader(DataSourceReader):
         return plan_partitions(segments, self.opts)
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
+        from rocketidx.spark.session import keep_zip_imports_cached
         from rocketidx.spark.source import read_split  # the worker imports the module, not the closure
+        keep_zip_imports_cached()
         return read_split(partition, self.opts)
 
 
 def register(spark) -> None:
-    """Make ``spark.read.format("rocketmq-commitlog")`` available in this session."""
+    """Make ``spark.read.format("rocketmq-commitlog")`` available in this session (once per session)."""
+    if getattr(spark, "_rocketidx_registered", False):
+        return
     spark.dataSource.register(CommitLogDataSource)
+    spark._rocketidx_registered = True
 
 
 # --- the broker-recovery view of the messages -----------------------------------------------------

@@ -1,11 +1,13 @@
 """The mapInArrow IndexFile writer: one shuffle partition's sorted entries -> IndexFiles + manifest rows.
 
-In: a partition's Arrow batches of :data:`rocketidx.spark.source.ENTRY_ROWS`, sorted by
-``(window nulls first, phy_offset, entry_seq)``: every split's info row first (the partitioner gives
-each writer partition its own copy), then the entries of each window it owns, window after window.
+In: a partition's Arrow batches of :data:`rocketidx.spark.source.SHUFFLE_ROWS`, sorted by
+``(window nulls first, phy_offset)``: every split's info row first (the partitioner gives each writer
+partition its own copy), then the bundles of each window it owns, window after window; bundles of a
+window hold disjoint offset ranges, so that order is CommitLog order.
 Out: Arrow batches of :data:`WRITER_ROWS`: one ``file`` row per IndexFile written (the manifest row the
-driver validates before it commits), one ``window`` row per window (entries, below-end skips), and,
-from the partition holding copy 0, one ``range`` row per split (its :class:`RangeInfo`).
+driver validates before it commits), one ``window`` row per window (entries, below-end skips), from the
+partition holding copy 0 one ``range`` row per split (its :class:`RangeInfo`), and a last ``task`` row
+(the worker's CPU time and peak RSS).
 
 Stays true:
 * every partition resolves the same stops from the same info rows (:func:`resolve_stops`) and drops
@@ -50,6 +52,8 @@ WRITER_ROWS = pa.schema([
     ("size", pa.int64()),
     ("entries", pa.int64()),
     ("skipped_below_end", pa.int64()),
+    ("worker_rss_kb", pa.int64()),  # window and task rows: peak RSS of the Python worker so far
+    ("cpu_ms", pa.int64()),  # task rows: CPU time the Python worker spent on this task
     ("info", pa.binary()),
 ])
 
@@ -112,6 +116,8 @@ class _Destination:
 
 def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> Iterator[pa.RecordBatch]:
     """The mapInArrow function: write this partition's windows, yield the manifest rows."""
+    import resource
+
     import numpy as np
     import pyarrow.compute as pc
     from pyspark import TaskContext
@@ -119,8 +125,12 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     from rocketidx import layout as L
     from rocketidx.errors import RocketIdxError
     from rocketidx.indexfile import WindowWriter
-    from rocketidx.spark.source import RangeInfo, resolve_stops, skip_mask
+    from rocketidx.spark.session import keep_zip_imports_cached
+    from rocketidx.spark.source import RangeInfo, iter_bundles, resolve_stops, skip_mask
 
+    keep_zip_imports_cached()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
     attempt = ctx.taskAttemptId() if ctx else 0
@@ -142,7 +152,8 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                 for f in files]
         rows.append({"kind": "window", "partition": partition, "task_dir": task_dir, "window_id": w.window_id,
                      "window_start_ms": w.window_id * params.window_ms, "entries": w.entries,
-                     "skipped_below_end": w.skipped_below_end})
+                     "skipped_below_end": w.skipped_below_end,
+                     "worker_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
         return _rows(rows)
 
     try:
@@ -151,7 +162,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
             if window.null_count:
                 is_info = window.is_null()
                 info_rows = batch.filter(is_info)
-                for raw, copy in zip(info_rows.column("info").to_pylist(), info_rows.column("entry_seq").to_pylist()):
+                for raw, copy in zip(info_rows.column("info").to_pylist(), info_rows.column("phy_offset").to_pylist()):
                     info = RangeInfo.from_json(raw)
                     infos[info.index] = info
                     copies.add(copy)
@@ -159,24 +170,18 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                 if batch.num_rows == 0:
                     continue
             if skip is None:
-                # Info rows sort first, so every one of them has arrived by the first entry.
+                # Info rows sort first, so every one of them has arrived by the first bundle.
                 if len(infos) != params.num_ranges:
                     raise RocketIdxError(f"writer partition {partition} saw {len(infos)} of {params.num_ranges} "
                                          "split infos before its first entry; the shuffle lost rows")
                 skip = resolve_stops(infos.values()).skip_intervals
-            w = batch.column("window").to_numpy()
-            phy = batch.column("phy_offset").to_numpy()
-            kh = batch.column("key_hash").to_numpy()
-            ts = batch.column("store_timestamp_ms").to_numpy()
-            if skip:
-                keep = ~skip_mask(phy, skip)
-                if not keep.all():
-                    w, phy, kh, ts = w[keep], phy[keep], kh[keep], ts[keep]
-            if len(w) == 0:
-                continue
-            cuts = np.flatnonzero(w[1:] != w[:-1]) + 1
-            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(w)]):
-                wid = int(w[lo])
+            for bundle in iter_bundles(batch):
+                keep = skip_mask(bundle.phy_offsets, skip) if skip else None
+                if keep is not None:
+                    if keep.all():
+                        continue
+                    keep = ~keep
+                wid = bundle.window
                 if writer is None or writer.window_id != wid:
                     if writer is not None:
                         done_windows.add(writer.window_id)
@@ -184,18 +189,21 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                         writer = None
                     if wid in done_windows or (done_windows and wid < max(done_windows)):
                         raise RocketIdxError(f"writer partition {partition}: window {wid} arrived out of order; "
-                                             "entries must be sorted by (window, phy_offset, entry_seq)")
+                                             "bundles must be sorted by (window, phy_offset)")
                     if dest is None:
                         dest = _Destination(params, task_dir)
                     writer = WindowWriter(dest.local, wid, params.window_ms, params.hash_slot_num,
                                           params.index_num)
-                writer.add(phy[lo:hi], kh[lo:hi], ts[lo:hi])
+                writer.add(*bundle.entries(keep))
         if writer is not None:
             yield finish(writer)
             writer = None
         if 0 in copies:
             yield _rows([{"kind": "range", "partition": partition, "info": i.to_json()}
                          for i in sorted(infos.values(), key=lambda i: i.index)])
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        yield _rows([{"kind": "task", "partition": partition, "task_dir": task_dir, "worker_rss_kb": usage.ru_maxrss,
+                      "cpu_ms": int((usage.ru_utime + usage.ru_stime - cpu0) * 1000)}])
     except BaseException:
         if writer is not None:
             writer.abort()

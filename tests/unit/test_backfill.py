@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import EXTERNAL
+from refdata import EXTERNAL
 from rocketidx.backfill import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
 from rocketidx.build import build_index
 from rocketidx.cli import main

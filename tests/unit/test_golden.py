@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EXTERNAL, expected_files, expected_manifest, golden_params, load_case
+from refdata import EXTERNAL, expected_files, expected_manifest, golden_params, load_case
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.entries import extract_entry_keys

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import GOLDEN
+from refdata import GOLDEN
 from scenarios import Rec, java_hash, java_key_hash, lay_segment, props, string_with_hash
 from rocketidx import keys
 from rocketidx.build import WindowSet, build_index

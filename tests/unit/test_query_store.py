@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import GOLDEN
+from refdata import GOLDEN
 from rocketidx.build import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import GOLDEN
+from refdata import GOLDEN
 from scenarios import (BASIC, IPV6_BORN, IPV6_STORE, MAGIC_V2, SCENARIOS, Expect, Rec, Scenario, Seg,
                        lay_segment, props)
 from rocketidx.generate import GenConfig, generate_store

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import GOLDEN, golden_params, load_case
+from refdata import GOLDEN, golden_params, load_case
 from rocketidx.build import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig

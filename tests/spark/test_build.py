@@ -1,0 +1,137 @@
+"""The Spark build gives the in-process build's bytes and manifest, and commits like it.
+
+Every golden case and the external rocketmq-rust store, with every segment split, at 1, 2 and 7 writer
+partitions: the IndexFiles byte for byte, ``_manifest.json`` and the summary (timing aside) equal
+``rocketidx.build.build_index`` on the same CommitLog. Then the commit's promises: a lock against a
+second build, a failed build leaves the previous output, re-running gives the same bytes.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from refdata import EXTERNAL, GOLDEN_CASES, load_case
+from scenarios import BASIC, SCENARIOS, lay_segment, props, write_segments
+
+from rocketidx.build import build_index
+from rocketidx.config import BuildConfig
+from rocketidx.entries import extract_entries
+from rocketidx.errors import CorruptRecordError, StoreLockedError
+from rocketidx.indexfile import IndexFile
+from rocketidx.output import output_lock
+from rocketidx.spark.pipeline import build_index_spark
+
+from .splitread import core_read, same_build
+
+pytestmark = pytest.mark.spark
+
+EXTERNAL_STORE = EXTERNAL / "rocketmq-rust-v0.9.0" / "store"
+CASES = [pytest.param(c / "commitlog", BuildConfig(hash_slot_num=load_case(c)["hashSlotNum"],
+                                                   index_num=load_case(c)["indexNum"],
+                                                   window_ms=load_case(c)["windowMillis"], timezone="UTC"),
+                      100_003, id=c.name) for c in GOLDEN_CASES]
+CASES.append(pytest.param(EXTERNAL_STORE / "commitlog", BuildConfig(32, 128, 0, "UTC"), 1000, id="rocketmq-rust"))
+
+
+@pytest.fixture(scope="module")
+def core_builds(tmp_path_factory):
+    """The in-process build of each CommitLog, made once."""
+    done: dict[str, tuple[Path, dict]] = {}
+
+    def get(commitlog: Path, config: BuildConfig) -> tuple[Path, dict]:
+        key = f"{commitlog}|{config}"
+        if key not in done:
+            out = tmp_path_factory.mktemp("core")
+            _, summary = build_index(commitlog, out, config)
+            done[key] = (out, summary.as_dict())
+        return done[key]
+    return get
+
+
+def _summary(s: dict) -> dict:
+    return {k: v for k, v in s.items() if k != "wall_s"}
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 7])
+@pytest.mark.parametrize("commitlog, config, split", CASES)
+def test_same_bytes_and_manifest_as_the_in_process_build(spark, core_builds, tmp_path, commitlog, config, split,
+                                                         partitions):
+    core_out, core_summary = core_builds(commitlog, config)
+    out = tmp_path / "out"
+    stats: dict = {}
+    _, summary = build_index_spark(commitlog, out, config, spark=spark, split_bytes=split,
+                                   shuffle_partitions=partitions, stats=stats)
+    assert stats["splits"] > len(list(commitlog.iterdir())), "every segment was split"
+    assert same_build(core_out, out) == []
+    assert _summary(summary.as_dict()) == _summary(core_summary)
+
+
+@pytest.mark.parametrize("name", ["corrupt_then_valid_in_later_segment", "zero_totalsize_then_garbage",
+                                  "offsets_beyond_2_pow_32", "torn_record_in_body", "valid_record_then_bad_magic"])
+def test_scenarios_split_into_small_pieces(spark, core_builds, tmp_path, name):
+    store = SCENARIOS[name].write(tmp_path / "store")
+    config = BuildConfig(hash_slot_num=7, index_num=3, window_ms=0, timezone="UTC")
+    core_out, core_summary = core_builds(store / "commitlog", config)
+    _, summary = build_index_spark(store, tmp_path / "out", config, spark=spark, split_bytes=200, shuffle_partitions=2)
+    assert same_build(core_out, tmp_path / "out") == []
+    assert _summary(summary.as_dict()) == _summary(core_summary)
+
+
+def test_a_record_whose_offset_field_lies_fails_before_anything_is_committed(spark, tmp_path):
+    recs = [replace(BASIC, queue_offset=i, properties=props(("UNIQ_KEY", f"U{i}"))) for i in range(5)]
+    recs[2] = replace(recs[2], phy_offset=99)
+    laid = lay_segment(recs, 4096)
+    store = write_segments(tmp_path / "store", [laid])
+    out = tmp_path / "out"
+    build_index(store, out, BuildConfig(7, 3, 0, "UTC"))
+    before = json.loads((out / "_manifest.json").read_text())
+    with pytest.raises(CorruptRecordError) as e:
+        build_index_spark(store, out, BuildConfig(7, 3, 0, "UTC"), spark=spark, split_bytes=100)
+    assert (e.value.path, e.value.offset) == (str(store / "commitlog" / laid.name), laid.offsets[2])
+    assert json.loads((out / "_manifest.json").read_text()) == before
+    assert [p.name for p in out.glob(".v-*")] == [Path(out / "current").resolve().name]
+
+
+def test_a_second_build_of_the_same_output_is_refused(spark, tmp_path):
+    commitlog = EXTERNAL_STORE / "commitlog"
+    out = tmp_path / "out"
+    with output_lock(out):
+        with pytest.raises(StoreLockedError, match="another rocketidx build"):
+            build_index_spark(commitlog, out, BuildConfig(32, 128, 0, "UTC"), spark=spark)
+    assert not (out / "current").exists()
+
+
+def test_rebuilding_gives_the_same_bytes_and_drops_the_old_version(spark, tmp_path):
+    commitlog = GOLDEN_CASES[2] / "commitlog"
+    config = BuildConfig(97, 50, 0, "UTC")
+    first, second = tmp_path / "a", tmp_path / "b"
+    build_index_spark(commitlog, first, config, spark=spark, split_bytes=100_003, shuffle_partitions=2)
+    shutil.copytree(first, second, symlinks=True)
+    old = (second / "current").resolve().name
+    build_index_spark(commitlog, second, config, spark=spark, split_bytes=77_777, shuffle_partitions=3)
+    assert same_build(first, second) == []
+    assert old not in [p.name for p in second.glob(".v-*")]
+    assert not list(second.glob(".v-*/_tasks"))
+
+
+def test_time_and_offset_filters_index_exactly_the_messages_in_range(spark, tmp_path):
+    case = GOLDEN_CASES[0]
+    table, _ = core_read(case / "commitlog")
+    ts = sorted(table["store_timestamp_ms"].to_pylist())
+    t_lo, t_hi, lo = ts[300], ts[1800], 200_000
+    manifest, summary = build_index_spark(case, tmp_path / "out", BuildConfig(97, 400, 0, "UTC"), spark=spark,
+                                          split_bytes=100_003, from_offset=lo, from_time_ms=t_lo, to_time_ms=t_hi)
+    assert manifest["filters"] == {"from_offset": lo, "from_time_ms": t_lo, "to_time_ms": t_hi}
+    items = []
+    for f in manifest["files"]:
+        idx = IndexFile(tmp_path / "out" / "index" / f["name"], 97, 400)
+        items += idx.items["phy_offset"][1:idx.header.index_count].tolist()
+    entries = [e for b in table.to_batches() for e in extract_entries(b).to_pylist()]
+    assert sorted(items) == sorted(e["phy_offset"] for e in entries
+                                   if e["phy_offset"] >= lo and t_lo <= e["store_timestamp_ms"] < t_hi)
+    assert summary.messages == sum(1 for r in table.to_pylist() if r["phy_offset"] >= lo
+                                   and t_lo <= r["store_timestamp_ms"] < t_hi)

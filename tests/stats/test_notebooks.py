@@ -1,0 +1,78 @@
+"""The notebooks run headless against a generated store: no cell may fail, every figure must be drawn.
+
+Both notebooks run in one kernel (one JVM start instead of two). Their parameters cell is rewritten to point
+at the store of the ``small_store`` fixture and, for index_stats.ipynb, to save its figures in tmp_path. The
+figures are checked as images: PNG signature, over 1 KB, and not a single flat colour.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.spark
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+FIGURES = ["entries_over_time", "fill", "chain_lengths", "slot_occupancy", "hot_keys", "collisions", "sizing",
+           "topics"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+QUIET = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"}
+
+
+def with_parameters(path: Path, **values) -> nbformat.NotebookNode:
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(cells) == 1 and nb.cells.index(cells[0]) <= 1, f"{path.name}: the parameters cell comes first"
+    known = {line.split("=")[0].strip() for line in cells[0].source.splitlines() if "=" in line and not line.startswith("#")}
+    assert set(values) <= known, f"{path.name}: unknown parameters {set(values) - known}"
+    cells[0].source += "\n# set by the test\n" + "\n".join(f"{k} = {v!r}" for k, v in values.items())
+    return nb
+
+
+def test_notebooks_are_committed_without_outputs():
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has outputs"
+
+
+def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path):
+    from nbclient import NotebookClient
+    store, out = small_store
+    figs = tmp_path / "figures"
+    stats_nb = with_parameters(NOTEBOOKS / "index_stats.ipynb", STORE=str(store), INDEX=str(out), FIG_DIR=str(figs),
+                               TOP=5, SPARK_MASTER="local[2]", SPARK_CONF=QUIET)
+    sql_nb = with_parameters(NOTEBOOKS / "commitlog_sql.ipynb", STORE=str(store), INDEX=str(out),
+                             SPARK_MASTER="local[2]", SPARK_CONF=QUIET)
+    resources = {"metadata": {"path": str(NOTEBOOKS)}}  # the notebooks import sample_data from their folder
+    first = NotebookClient(stats_nb, timeout=600, kernel_name="python3", resources=resources)
+    try:
+        # Any cell error raises CellExecutionError here, with the cell and traceback in the message.
+        first.execute(cleanup_kc=False, env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+        NotebookClient(sql_nb, km=first.km, timeout=600, resources=resources).execute()
+    finally:
+        if first.km is not None:
+            first._cleanup_kernel()  # shuts the shared kernel (and its JVM) down
+
+    for name in FIGURES:
+        png = figs / f"{name}.png"
+        assert png.exists(), f"figure {name} was not saved"
+        data = png.read_bytes()
+        assert data[:8] == PNG_SIGNATURE and len(data) > 1024, name
+        import matplotlib.image
+        pixels = matplotlib.image.imread(png)
+        assert pixels.ndim == 3 and np.ptp(pixels[..., :3]) > 0.1, f"{name} is a blank image"
+    images = [o for c in stats_nb.cells if c.cell_type == "code" for o in c.outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= len(FIGURES), "every figure is displayed in the notebook too"
+    last = stats_nb.cells[-1].outputs[-1]["text"]
+    assert all(name in last for name in FIGURES)
+    lookup = [c for c in stats_nb.cells if "query_offsets(" in c.source][0]
+    assert "offset(s), newest first" in "".join(o.get("text", "") for o in lookup.outputs)
+    tables = [c for c in sql_nb.cells if c.cell_type == "code" and any("text/html" in o.get("data", {}) for o in c.outputs)]
+    assert len(tables) >= 5, "each SQL cell shows its result"

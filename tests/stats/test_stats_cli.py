@@ -1,0 +1,56 @@
+"""``rocketidx stats`` (rocketidx.stats_cli): exit codes, JSON for scripts, tables for terminals."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pandas as pd
+import pytest
+
+from rocketidx import stats_cli
+
+
+def run(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="rocketidx")
+    stats_cli.add_parser(p.add_subparsers(dest="command"))
+    return stats_cli.cmd_stats(p.parse_args(argv))
+
+
+def test_a_missing_index_exits_2_before_spark_starts(tmp_path, capsys):
+    assert run(["stats", "--index", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert "StoreLayoutError" in err and str(tmp_path / "nope") in err
+
+
+def test_bad_targets_exit_2(tmp_path, capsys):
+    assert run(["stats", "--index", str(tmp_path), "--target-chain", "0.5"]) == 2
+    assert "target_mean_chain" in capsys.readouterr().err
+
+
+def test_format_table_aligns_and_formats():
+    text = stats_cli.format_table([{"name": "a", "n": 1234, "r": 0.5, "t": 0}, {"name": "bb", "n": None, "r": 1.0, "t": None}],
+                                  [("name", "name", "s"), ("n", "count", "i"), ("r", "fill", "%"), ("t", "time", "t")])
+    assert text.splitlines() == ["name  count    fill                 time",
+                                 "a     1,234   50.0%  1970-01-01 00:00:00",
+                                 "bb        -  100.0%                    -"]
+
+
+@pytest.mark.spark
+def test_json_and_tables(spark, small_store, capsys):
+    _, out = small_store
+    assert run(["stats", "--index", str(out), "--json", "--top", "3", "--bucket", "10m"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    manifest = json.loads((out / "_manifest.json").read_text())
+    s = doc["summary"]
+    assert (s["files"], s["entries"], s["bucket_ms"]) == (len(manifest["files"]), manifest["entries"], 600_000)
+    assert s["messages"] == manifest["messages_indexed"]
+    assert set(doc) == {"summary", "files", "chains", "longest_chains", "slot_bins", "buckets", "collisions",
+                        "hot_keys", "sizing"}  # the CommitLog tables come with --commitlog (see test_spark_stats)
+    assert len(doc["hot_keys"]) == 3 and len(doc["longest_chains"]) == 3
+    assert sum(r["entries"] for r in doc["files"]) == manifest["entries"]
+    tables = {k: pd.DataFrame(v) for k, v in doc.items() if k != "summary"}
+    stats_cli.print_stats(s, tables)
+    text = capsys.readouterr().out
+    for heading in ("Files:", "Chain lengths", "Longest chains:", "Entries per key hash:", "Hot keys:", "Sizing:"):
+        assert heading in text
+    assert f"{manifest['entries']:,} entries" in text
