@@ -14,7 +14,9 @@ two outputs are compared byte for byte. Targets (the issue): Spark >= 1.5x the i
 >= 300 MB/s; peak RSS per Python worker < 1 GiB. Results go to stdout and
 ``bench-data/results-spark.json``.
 
-Usage: ``python bench/bench_spark.py [--messages N] [--master local[2]] [--only core,spark] [--keep]``.
+Usage: ``python bench/bench_spark.py [--messages N] [--master local[2]] [--only core,spark] [--repeat 2]
+[--keep]``. The Spark build runs ``--repeat`` times in one session: the first (reported as the result)
+includes the session's one-time Python start-up, the others show a long-lived session.
 """
 from __future__ import annotations
 
@@ -65,7 +67,10 @@ def run_core(store: str, out: str) -> dict:
             "files": s.files, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def run_spark(store: str, out: str, master: str, split_bytes: int, partitions: int | None) -> dict:
+def run_spark(store: str, out: str, master: str, split_bytes: int, partitions: int | None, repeat: int = 2) -> dict:
+    """The Spark build ``repeat`` times in one session: the first pays the session's one-time Python
+    start-up (planner processes, worker imports), the others show the steady state of a long-lived
+    session. ``wall_s`` is the first run's; ``warm_wall_s`` the best of the others."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from rocketidx.spark.pipeline import build_index_spark
@@ -75,16 +80,26 @@ def run_spark(store: str, out: str, master: str, split_bytes: int, partitions: i
     conf = dict(settings.conf, **{"spark.ui.showConsoleProgress": "false", "spark.shuffle.compress": os.environ.get("RS_SHUFFLE_COMPRESS", "true")})
     spark = get_session(master, conf)
     t_session = time.perf_counter() - t0
-    stats: dict = {}
-    t1 = time.perf_counter()
-    _, s = build_index_spark(store, out, _config(), spark=spark, split_bytes=split_bytes,
-                             shuffle_partitions=partitions, stats=stats)
-    wall = time.perf_counter() - t1
-    stats["jvm_cpu_s"] = _jvm_cpu_s(spark)
+    walls, runs = [], []
+    for _ in range(max(1, repeat)):
+        stats: dict = {}
+        cpu_before = _jvm_cpu_s(spark) or 0.0
+        t1 = time.perf_counter()
+        _, s = build_index_spark(store, out, _config(), spark=spark, split_bytes=split_bytes,
+                                 shuffle_partitions=partitions, stats=stats)
+        walls.append(time.perf_counter() - t1)
+        jvm = _jvm_cpu_s(spark)
+        stats["jvm_cpu_s"] = None if jvm is None else round(jvm - cpu_before, 2)
+        runs.append(stats)
+        if len(walls) == 1:
+            wall_with_session = time.perf_counter() - t0
     spark.stop()
-    return {"wall_s": wall, "wall_with_session_s": time.perf_counter() - t0, "session_s": t_session,
+    return {"wall_s": walls[0], "warm_wall_s": min(walls[1:]) if len(walls) > 1 else None,
+            "wall_with_session_s": wall_with_session, "session_s": t_session,
             "bytes": s.bytes_read, "messages": s.messages, "entries": s.entries, "files": s.files,
-            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, **stats}
+            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            **runs[0], "runs": runs,
+            "peak_worker_rss_mb": max(r["peak_worker_rss_mb"] for r in runs)}
 
 
 def _jvm_cpu_s(spark) -> float | None:
@@ -126,13 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split-bytes", type=int, default=128 * 1024**2)
     ap.add_argument("--partitions", type=int, default=None, help="writer partitions (default: cores)")
     ap.add_argument("--only", default="core,spark")
+    ap.add_argument("--repeat", type=int, default=2, help="Spark builds in one session (first = cold)")
     ap.add_argument("--keep", action="store_true", help="keep the two outputs")
     ap.add_argument("--child", nargs="+")
     a = ap.parse_args(argv)
     if a.child:
         kind, store, out = a.child[:3]
         r = run_core(store, out) if kind == "core" else run_spark(
-            store, out, a.child[3], int(a.child[4]), int(a.child[5]) or None)
+            store, out, a.child[3], int(a.child[4]), int(a.child[5]) or None, int(a.child[6]))
         print(json.dumps(r))
         return 0
     store = ensure_store(a.messages)
@@ -143,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measuring {kind} build of {store} ...", flush=True)
         args = [kind, str(store), str(outs[kind])]
         if kind == "spark":
-            args += [a.master, str(a.split_bytes), str(a.partitions or 0)]
+            args += [a.master, str(a.split_bytes), str(a.partitions or 0), str(a.repeat)]
         results[kind] = r = _child(args)
         print(_line(kind, r), flush=True)
         if kind == "core":
@@ -155,15 +171,21 @@ def main(argv: list[str] | None = None) -> int:
                   f"driver {r['driver_peak_rss_mb']:.0f} MB", flush=True)
             print(f"           CPU: Python read {r['python_read_cpu_s']:.1f}s, Python write {r['python_write_cpu_s']:.1f}s, "
                   f"JVM executors {r['jvm_cpu_s']}s; host load average {os.getloadavg()[0]:.1f}", flush=True)
+            if r.get("warm_wall_s"):
+                print(_line("warm", dict(r, wall_s=r["warm_wall_s"])) + "   (again in the same session)", flush=True)
     if "core" in results and "spark" in results:
         core_mbps = results["core"]["bytes"] / 1e6 / results["core"]["wall_s"]
         spark_mbps = results["spark"]["bytes"] / 1e6 / results["spark"]["wall_s"]
         results["speedup"] = round(spark_mbps / core_mbps, 2)
+        warm = results["spark"].get("warm_wall_s")
+        if warm:
+            results["warm_speedup"] = round(results["spark"]["bytes"] / 1e6 / warm / core_mbps, 2)
         results["identical"] = same_output(outs["core"], outs["spark"])
         rss = results["spark"]["peak_worker_rss_mb"]
-        print(f"  spark/core {results['speedup']:.2f}x (target >= {TARGET_SPEEDUP}x); spark {spark_mbps:.0f} MB/s "
-              f"(target >= {TARGET_MBPS}); worker RSS {rss:.0f} MB (target < {TARGET_RSS_MB}); "
-              f"outputs byte-identical: {results['identical']}", flush=True)
+        print(f"  spark/core {results['speedup']:.2f}x, warm {results.get('warm_speedup', 0):.2f}x "
+              f"(target >= {TARGET_SPEEDUP}x); spark {spark_mbps:.0f} MB/s (target >= {TARGET_MBPS}); "
+              f"worker RSS {rss:.0f} MB (target < {TARGET_RSS_MB}); outputs byte-identical: {results['identical']}",
+              flush=True)
     if not a.keep:
         for d in outs.values():
             shutil.rmtree(d, ignore_errors=True)

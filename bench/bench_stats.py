@@ -4,7 +4,7 @@ The store: ``bench-data/store-4g`` (8 million messages, ~5.7 GB of CommitLog in 
 the Spark bench generates it) when present, else ``bench-data/store-<N>`` generated here with ``--messages``
 (default 2,000,000) in the same shape. Each measurement runs in a fresh Python process, one after the other:
 
-* build:        ``rocketidx build`` (in process, default sizes, 1-hour windows, UTC) -> ``bench-data/stats-out-*``
+* build:        ``rocketidx build --in-process`` (default sizes, 1-hour windows, UTC) -> ``bench-data/stats-out-*``
 * spark build:  :func:`rocketidx.spark.pipeline.build_index_spark` of the same store (``--no-spark-build``
                 skips it), Spark session start included
 * stats:        :func:`rocketidx.spark.stats.index_stats` of that output plus every table as pandas and
@@ -93,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     py = sys.executable
     results: dict = {"store": str(store)}
     print(f"store {store}", flush=True)
-    wall, text = _run([py, "-m", "rocketidx.cli", "build", "--commitlog", str(store), "--out", str(out),
-                       "--timezone", "UTC", "--json"])
+    wall, text = _run([py, "-m", "rocketidx.cli", "build", "--in-process", "--commitlog", str(store), "--out",
+                       str(out), "--timezone", "UTC", "--json"])
     summary = json.loads(text)
     results["build"] = {"wall_s": wall, "bytes_read": summary["bytes_read"], "entries": summary["entries"],
                         "files": summary["files"]}

@@ -5,10 +5,24 @@
 * :mod:`rocketidx.spark.pipeline` :func:`build_index_spark`, the Spark build (same bytes as the core's);
 * :mod:`rocketidx.spark.writer`   the mapInArrow IndexFile writer;
 * :mod:`rocketidx.spark.session`  :func:`get_session`, settings from ``conf/spark.json``.
-"""
-from rocketidx.spark.pipeline import build_index_spark
-from rocketidx.spark.session import SparkSettings, get_session, load_spark_settings
-from rocketidx.spark.source import SOURCE_NAME, CommitLogDataSource, read_messages, register
 
-__all__ = ["SOURCE_NAME", "CommitLogDataSource", "SparkSettings", "build_index_spark", "get_session",
-           "load_spark_settings", "read_messages", "register"]
+Names are imported on first use: Spark's planner processes unpickle the data source, and importing
+this package must not drag the whole build (and its compile time) into each of them.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+
+_WHERE = {
+    "build_index_spark": "pipeline",
+    "SparkSettings": "session", "get_session": "session", "load_spark_settings": "session",
+    "SOURCE_NAME": "source", "CommitLogDataSource": "source", "read_messages": "source", "register": "source",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(import_module(f"rocketidx.spark.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'rocketidx.spark' has no attribute {name!r}")

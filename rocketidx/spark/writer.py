@@ -34,7 +34,7 @@ import pyarrow as pa
 TASKS_DIR = "_tasks"  # under the staging version directory; emptied before the commit
 
 WRITER_ROWS = pa.schema([
-    ("kind", pa.string()),  # file | window | range
+    ("kind", pa.string()),  # file | window | range | task
     ("partition", pa.int32()),
     ("task_dir", pa.string()),  # relative to the staging directory
     ("name", pa.string()),  # staging name <window start 15 digits>_<seq 4 digits>
@@ -118,17 +118,16 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     """The mapInArrow function: write this partition's windows, yield the manifest rows."""
     import resource
 
-    import numpy as np
     import pyarrow.compute as pc
     from pyspark import TaskContext
 
     from rocketidx import layout as L
     from rocketidx.errors import RocketIdxError
     from rocketidx.indexfile import WindowWriter
-    from rocketidx.spark.session import keep_zip_imports_cached
+    from rocketidx.spark.session import tune_python_worker
     from rocketidx.spark.source import RangeInfo, iter_bundles, resolve_stops, skip_mask
 
-    keep_zip_imports_cached()
+    tune_python_worker()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     ctx = TaskContext.get()

@@ -18,11 +18,11 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+from refdata import GOLDEN  # the one definition of where ../shared lives
+
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
 ITEM = struct.Struct(">iqii")
-
-GOLDEN = Path(__file__).resolve().parents[2].parent / "shared" / "golden"
 
 
 @dataclass

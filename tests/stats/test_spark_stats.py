@@ -8,7 +8,6 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from rocketidx import stats as core
 from stats_reference import GOLDEN_NAMES, chain_lengths, golden_case, java_key_hash, nearest_rank
 
 pytestmark = pytest.mark.spark

@@ -298,3 +298,15 @@ def test_auto_bucket():
     assert core.auto_bucket_ms(24 * 3_600_000) == 900_000
     assert core.auto_bucket_ms(1) == 60_000
     assert math.isclose(core.MS_PER_DAY, 86_400_000)
+
+
+def test_merge_of_partials_by_hand():
+    # Two files' partials for one hash partition: hash 5 held 3 + 2 times, 9 once, 7 ten million times.
+    f1 = (np.array([5, 9], "<i4"), np.array([3, 1], "<i4"))
+    f2 = (np.array([5, 7], "<i4"), np.array([2, 10_000_000], "<i4"))
+    k = core.merge_key_counts([f1[0].tobytes(), f2[0].tobytes()], [f1[1].tobytes(), f2[1].tobytes()], top=2)
+    assert dict(zip(k.multiplicity["entries_per_hash"].tolist(), k.multiplicity["key_hashes"].tolist())) == \
+        {1: 1, 5: 1, 10_000_000: 1}
+    assert k.top == [{"key_hash": 7, "entries": 10_000_000, "files": 1}, {"key_hash": 5, "entries": 5, "files": 2}]
+    assert k.repeated.tolist() == [5, 7]
+    assert (k.distinct_hashes, k.entries) == (3, 10_000_006)
