@@ -57,3 +57,32 @@ def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     data = data[offsets[0]:offsets[-1]]
     return data, offsets - offsets[0]
+
+
+# Sort-based set operations. numpy 2.x answers a plain ``np.unique`` (and ``np.isin``, which calls it)
+# with a hash table that is ~40x slower than a sort on millions of int64 (3.5 s vs 0.09 s for 3 M on the
+# reference machine); these keep to sorts and binary searches.
+
+def unique_sorted(x: np.ndarray) -> np.ndarray:
+    """The distinct values of ``x``, ascending."""
+    s = np.sort(x)
+    if len(s) < 2:
+        return s
+    return s[np.concatenate(([True], s[1:] != s[:-1]))]
+
+
+def unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct values ascending, how often each occurs)."""
+    s = np.sort(x)
+    if len(s) == 0:
+        return s, np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    return s[starts], np.diff(np.append(starts, len(s)))
+
+
+def member_of(x: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """``np.isin(x, sorted_values)`` for an ascending ``sorted_values``."""
+    if len(sorted_values) == 0:
+        return np.zeros(len(x), bool)
+    pos = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
+    return sorted_values[pos] == x

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import CorruptIndexError
 from rocketidx.indexfile import IndexFile, time_diffs
 
@@ -236,10 +237,12 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     report.covered_range = (lo, hi)
     e_phy, e_kh, e_ts, msg_phy = _expected_entries(commitlog, lo, hi, check_crc)
     report.expected_entries = len(e_phy)
-    msg_phy = np.unique(msg_phy)
-    # Per-message store time, to check time diffs and windows.
+    msg_phy = unique_sorted(msg_phy)
+    # Per-message store time, to check time diffs and windows (entries come in CommitLog order).
     order = np.argsort(e_phy, kind="stable")
-    u_phy, first = np.unique(e_phy[order], return_index=True)
+    sorted_phy = e_phy[order]
+    first = np.flatnonzero(np.concatenate(([True], sorted_phy[1:] != sorted_phy[:-1]))) if len(e_phy) else order
+    u_phy = sorted_phy[first]
     u_ts = e_ts[order][first]
 
     all_keys = []
@@ -248,7 +251,7 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
             continue
         items_at = L.items_offset(f.hash_slot_num)
         item_off = items_at + L.INDEX_ITEM.itemsize * (1 + np.arange(len(a["phy"])))
-        is_msg = np.isin(a["phy"], msg_phy)
+        is_msg = member_of(a["phy"], msg_phy)
         report.add(f.path, item_off[~is_msg], "not-a-message",
                    [f"phyOffset {p} is not the start of a valid message" for p in a["phy"][~is_msg][:MAX_LISTED_PER_KIND].tolist()])
         pos = np.searchsorted(u_phy, a["phy"])
@@ -272,33 +275,34 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     i_kh = np.concatenate([k[1] for k in all_keys])
     i_file = np.concatenate([k[2] for k in all_keys])
     i_off = np.concatenate([k[3] for k in all_keys])
-    i_msg = np.isin(i_phy, msg_phy)
+    i_msg = member_of(i_phy, msg_phy)
     item_keys = (np.searchsorted(msg_phy, i_phy) << 31) | i_kh
-    got = np.unique(item_keys[i_msg], return_counts=True)
-    want = np.unique((np.searchsorted(msg_phy, e_phy) << 31) | e_kh, return_counts=True)
-    keys = np.union1d(got[0], want[0])
+    got = unique_counts(item_keys[i_msg])
+    want = unique_counts((np.searchsorted(msg_phy, e_phy) << 31) | e_kh)
+    keys = unique_sorted(np.concatenate((got[0], want[0])))
     g = _lookup(got, keys)
     w_ = _lookup(want, keys)
     extra_keys = keys[g > w_]
-    missing_keys = keys[w_ > g]
-    if open_end and len(missing_keys):
-        missing_keys = missing_keys[msg_phy[missing_keys >> 31] != hi]
-    if open_start and len(missing_keys):
-        missing_keys = missing_keys[msg_phy[missing_keys >> 31] != lo]
+    missing = w_ > g
+    if open_end:
+        missing &= msg_phy[keys >> 31] != hi
+    if open_start:
+        missing &= msg_phy[keys >> 31] != lo
+    missing_keys = keys[missing]
     if len(extra_keys):
-        sel = np.flatnonzero(np.isin(item_keys, extra_keys) & i_msg)
-        for fi in np.unique(i_file[sel]).tolist():
+        sel = np.flatnonzero(member_of(item_keys, extra_keys) & i_msg)
+        for fi in unique_sorted(i_file[sel]).tolist():
             s = sel[i_file[sel] == fi]
             report.add(files[fi].path, i_off[s], "extra",
                        [f"no index key of the message at {p} hashes to {k}" for p, k in zip(i_phy[s][:MAX_LISTED_PER_KIND].tolist(), i_kh[s][:MAX_LISTED_PER_KIND].tolist())])
     if len(missing_keys):
         m_phy = msg_phy[missing_keys >> 31]
         m_kh = missing_keys & 0x7FFFFFFF
-        n_missing = (w_ - g)[np.isin(keys, missing_keys)]
+        n_missing = (w_ - g)[missing]
         # Attribute each missing entry to the file whose offset range holds it (else the nearest before).
         begins = np.array([a["phy"].min() if a is not None and len(a["phy"]) else -1 for a in per_file])
         fi = np.clip(np.searchsorted(begins, m_phy, side="right") - 1, 0, len(files) - 1)
-        for f_i in np.unique(fi).tolist():
+        for f_i in unique_sorted(fi).tolist():
             s = np.flatnonzero(fi == f_i)
             report.add(files[f_i].path, np.zeros(int(n_missing[s].sum()), np.int64), "missing",
                        [f"entry (phyOffset {p}, keyHash {k}) the CommitLog implies is not indexed"
