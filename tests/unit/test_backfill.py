@@ -2,84 +2,22 @@
 safely, and ends with an index that answers like a full rebuild; a second run changes nothing."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
+from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
+from rocketidx import layout as L
 from rocketidx.backfill import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
-from rocketidx.build import build_index
 from rocketidx.cli import main
-from rocketidx.config import BuildConfig
-from rocketidx.entries import extract_entry_keys
 from rocketidx.errors import StoreLayoutError, StoreLockedError
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.messages import CommitLogReader
 from rocketidx.query import open_index, query_offsets
-from rocketidx.segments import list_segments
-
-SLOTS, ITEMS = 1009, 3000
-
-
-def snapshot(store: Path) -> dict[str, str]:
-    """Every file under the store with a hash of its bytes."""
-    out = {}
-    for p in sorted(store.rglob("*")):
-        if p.is_file():
-            out[str(p.relative_to(store))] = hashlib.sha1(p.read_bytes()).hexdigest()
-    return out
-
-
-def broker_store(tmp_path: Path, messages: int = 20000) -> tuple[Path, list[dict]]:
-    """A generated store whose index/ a broker wrote (one sequence of files, as from an empty store)."""
-    store = tmp_path / "store"
-    generate_store(store, GenConfig(messages=messages, segment_bytes=2 << 20, span_ms=3_600_000, seed=5))
-    manifest, _ = build_index(store, tmp_path / "full", BuildConfig(hash_slot_num=SLOTS, index_num=ITEMS, window_ms=0,
-                                                                   timezone="UTC"))
-    (store / "index").mkdir()
-    for f in manifest["files"]:
-        shutil.copy(tmp_path / "full" / "index" / f["name"], store / "index" / f["name"])
-    (store / "checkpoint").write_bytes(bytes(range(32)) + bytes(4096 - 32))
-    (store / "lock").touch()  # every broker store has one
-    return store, manifest["files"]
-
-
-def crash(store: Path, files: list[dict], keep: int, deleted: int) -> None:
-    """The broker crashed after file ``keep - 1`` filled up; it had already deleted ``deleted`` newest files."""
-    write_checkpoint_index_ts(store, files[keep - 1]["end_timestamp"])
-    (store / "abort").touch()
-    for f in files[len(files) - deleted:]:
-        (store / "index" / f["name"]).unlink()
-
-
-def all_entry_keys(store: Path, from_offset: int = 0) -> list[tuple[str, str]]:
-    keys = set()
-    for batch in CommitLogReader(list_segments(store)):
-        rows, _, ks = extract_entry_keys(batch)
-        phy = batch.column("phy_offset").to_numpy()[rows]
-        for p, k in zip(phy.tolist(), ks.to_pylist()):
-            if p >= from_offset:
-                topic, _, key = k.partition("#")
-                keys.add((topic, key))
-    return sorted(keys)
-
-
-def assert_answers_like_full_rebuild(store: Path, full: Path, from_offset: int) -> int:
-    a = open_index(store / "index", SLOTS, ITEMS)
-    b = open_index(full)
-    keys = all_entry_keys(store, from_offset)
-    for topic, key in keys:
-        assert query_offsets(a, topic, key) == query_offsets(b, topic, key), (topic, key)
-    return len(keys)
-
 
 def test_crashed_broker_store_is_backfilled_and_answers_like_a_full_rebuild(tmp_path):
     store, files = broker_store(tmp_path, 12000)
@@ -174,7 +112,26 @@ def test_a_damaged_file_is_replaced_with_everything_after_it(tmp_path):
 def test_sizes_that_do_not_fit_the_files_are_a_clear_error(tmp_path):
     store, _ = broker_store(tmp_path, 2000)
     with pytest.raises(StoreLayoutError, match="--hash-slots"):
-        make_plan(store)  # broker defaults do not fit these small files
+        make_plan(store, hash_slot_num=SLOTS + 1, index_num=ITEMS)
+    with pytest.raises(StoreLayoutError, match="--hash-slots"):
+        make_plan(store, hash_slot_num=L.DEFAULT_HASH_SLOT_NUM, index_num=L.DEFAULT_INDEX_NUM)
+
+
+def test_sizes_default_to_the_existing_files(tmp_path):
+    store, files = broker_store(tmp_path, 8000)
+    assert len(files) >= 3  # full files pin indexNum, hence the slots
+    plan = make_plan(store)
+    assert (plan.hash_slot_num, plan.index_num) == (SLOTS, ITEMS)
+    # A lone partly filled file says nothing on its own; one flag and the file size give the other.
+    for f in files[1:]:
+        (store / "index" / f["name"]).unlink()
+    plan = make_plan(store, index_num=ITEMS)
+    assert (plan.hash_slot_num, plan.index_num) == (SLOTS, ITEMS)
+    plan = make_plan(store, hash_slot_num=SLOTS)
+    assert (plan.hash_slot_num, plan.index_num) == (SLOTS, ITEMS)
+    (store / "index" / files[0]["name"]).write_bytes(bytes(40 + 4 * SLOTS + 20 * ITEMS))  # all zero: not full
+    with pytest.raises(StoreLayoutError, match="--hash-slots"):
+        make_plan(store)
 
 
 def test_copied_store_of_another_implementation(tmp_path):
