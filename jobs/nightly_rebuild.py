@@ -16,8 +16,9 @@ stdout. Exit code 0 done, 1 the build failed on its input, 2 it could not run (a
         [--split-bytes 128m] [--partitions N] [--from-offset N] [--to-offset N] [--from-time T] [--to-time T]
 
 Executors need numpy, pyarrow and pandas (``spark.pyspark.python`` pointing at an environment that has
-them, or a packed one shipped with ``--archives env.tar.gz#env``); the output directory must be a path
-every executor and the driver see (a shared mount).
+them, or a packed one shipped with ``--archives env.tar.gz#env``). The output is a path every executor
+and the driver see (a shared mount), or a URI pyarrow.fs opens (``hdfs://``, ``s3://``): tasks then build
+each file on their local disk and upload it, and the commit writes ``OUT/CURRENT``.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from rocketidx.cli import _duration, _positive_int, _size
     p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0])
     p.add_argument("--commitlog", required=True, help="store directory (with commitlog/) or CommitLog directory")
-    p.add_argument("--out", required=True, help="output directory (shared by driver and executors)")
+    p.add_argument("--out", required=True, help="output: a path driver and executors share, or a URI (hdfs://, s3://)")
     p.add_argument("--conf", default=_default("defaults.json"), help="index settings (JSON, section index)")
     p.add_argument("--spark-conf", default=_default("spark.json"), help="Spark settings and split size (JSON)")
     p.add_argument("--master", default=None, help="only when not launched by spark-submit (default local[*])")

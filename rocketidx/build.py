@@ -21,10 +21,11 @@ import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
+from rocketidx.errors import ConfigError
 from rocketidx.entries import rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
-from rocketidx.messages import CommitLogReader, ReadStop
-from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
+from rocketidx.messages import CommitLogReader
+from rocketidx.output import MANIFEST_VERSION, commit, is_uri, new_staging, output_lock
 from rocketidx.segments import Segment, list_segments
 from rocketidx.windows import assign_windows
 
@@ -108,6 +109,9 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     file the range continues); ``name_after``: every file name must sort after this one.
     """
     t0 = time.monotonic()
+    if is_uri(out):
+        raise ConfigError("out", str(out), "the in-process build writes a local or mounted path; build to a URI "
+                                           "on Spark (rocketidx build without --in-process)")
     segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
     with output_lock(out):

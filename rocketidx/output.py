@@ -1,22 +1,49 @@
-"""A build's output directory: staging, the manifest, and the atomic commit.
+"""A build's output directory: staging, the manifest, and the atomic commit; local or through pyarrow.fs.
 
-Layout seen by readers: ``OUT/index/<files>``, ``OUT/_manifest.json``, ``OUT/_SUCCESS``. Underneath,
-``index`` and ``_manifest.json`` are fixed symlinks through ``OUT/current``, itself a symlink to one
+Local layout (a path; the in-process build and the Spark build). Layout seen by readers:
+``OUT/index/<files>``, ``OUT/_manifest.json``, ``OUT/_SUCCESS``. Underneath, ``index`` and
+``_manifest.json`` are fixed symlinks through ``OUT/current``, itself a symlink to one
 version directory ``OUT/.v-<id>/`` holding that build's ``index/`` and manifest. A build fills a new
 version directory (the staging area); :func:`commit` renames its files to their final names, writes its
 manifest, and then swaps ``current`` with one atomic rename. A reader therefore sees the old output or the
 new one, whole; a crash leaves only an unreferenced ``.v-*`` directory, which the next build removes.
 ``OUT/.lock`` keeps two builds from interleaving.
+
+Remote layout (a URI pyarrow.fs opens: ``hdfs://``, ``s3://``, ``file://``; :class:`RemoteOutput`). HDFS
+and object stores have neither symlinks nor flock, so the pointer is a file::
+
+    OUT/CURRENT                      one line: the committed version directory's name (".v-<id>")
+    OUT/.v-<id>/index/<files>        that build's IndexFiles
+    OUT/.v-<id>/_manifest.json       its manifest
+    OUT/_SUCCESS                     written after CURRENT
+    OUT/.lock                        while a build runs: owner, host, pid, start time (JSON)
+
+A reader reads ``OUT/CURRENT``, then ``OUT/<version>/_manifest.json`` and ``OUT/<version>/index/``
+(:func:`read_manifest_uri`). The commit names the staged files, writes the manifest, then writes
+``CURRENT`` in one piece: a single PUT on an object store (atomic there), elsewhere a temporary file moved
+over it (a rename on a local disk; on HDFS pyarrow's move deletes the old ``CURRENT`` first, so a reader
+that finds none should retry). Only then is the previous version deleted, so a failed or killed build
+leaves the previous output whole. The lock is advisory: a lock object created only if absent, then read
+back after a pause to confirm the owner. Two builds starting within that pause can both miss each other,
+as no pyarrow.fs store offers create-if-absent; a killed driver leaves it behind, and the error says to
+delete it.
 """
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import re
 import shutil
+import socket
+import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
@@ -28,7 +55,10 @@ INDEX_DIR = "index"
 LOCK = ".lock"
 VERSION_PREFIX = ".v-"
 CURRENT = "current"
+CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
 MANIFEST_VERSION = 1
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -55,14 +85,17 @@ def _current_version(out: Path) -> str | None:
 def new_staging(out: str | os.PathLike) -> Path:
     """A fresh version directory under ``OUT``; versions no pointer refers to (crash leftovers) go first."""
     out = Path(out)
-    keep = _current_version(out)
-    for old in out.glob(VERSION_PREFIX + "*"):
-        if old.name != keep:
-            shutil.rmtree(old, ignore_errors=True)
     for link in (INDEX_DIR, MANIFEST):
         p = out / link
         if p.exists() and not p.is_symlink():
             raise StoreLayoutError(str(p), "exists and was not written by rocketidx; choose an empty --out")
+    if (out / CURRENT_FILE).is_file():
+        raise StoreLayoutError(str(out / CURRENT_FILE), "this output has the remote layout (a CURRENT file); "
+                                                        "build into it through its URI, or choose another --out")
+    keep = _current_version(out)
+    for old in out.glob(VERSION_PREFIX + "*"):
+        if old.name != keep:
+            shutil.rmtree(old, ignore_errors=True)
     staging = out / f"{VERSION_PREFIX}{uuid.uuid4().hex[:12]}"
     (staging / INDEX_DIR).mkdir(parents=True)
     return staging
@@ -110,10 +143,7 @@ def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifes
         if not src.exists():
             raise FileNotFoundError(f"staged index file missing: {src}")
         os.rename(src, staging / INDEX_DIR / name)
-        row = f.as_row()
-        row["name"] = name
-        row["entries"] = f.entries
-        rows.append(row)
+        rows.append(_manifest_row(f, name))
     manifest = dict(manifest, files=rows)
     _write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     _fsync_dir(staging / INDEX_DIR)
@@ -132,8 +162,234 @@ def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifes
     return manifest
 
 
+def _manifest_row(f: FileInfo, name: str) -> dict:
+    row = f.as_row()
+    row["name"] = name
+    row["entries"] = f.entries
+    return row
+
+
 def read_manifest(out: str | os.PathLike) -> dict | None:
+    """The committed manifest of a local output, or of a URI's (through ``OUT/CURRENT``); None if none."""
+    if is_uri(out):
+        return read_manifest_uri(str(out))
     p = Path(out) / MANIFEST
     if not p.exists():
         return None
     return json.loads(p.read_text())
+
+
+# --- remote outputs (pyarrow.fs) -------------------------------------------------------------------
+
+# Object stores whose single PUT replaces an object atomically; elsewhere CURRENT goes through a move.
+PUT_ATOMIC = frozenset({"s3", "gcs", "abfs"})
+# Between writing the lock object and reading it back: a second build that saw no lock just before our
+# write has this long to overwrite it, and then we see its owner and stop.
+LOCK_SETTLE_S = 1.0
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    """A path with a scheme (``hdfs://``, ``s3://``, ``file://``): opened through pyarrow.fs."""
+    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+def join_uri(uri: str, *parts: str) -> str:
+    """``uri`` with ``parts`` appended to its path; a query (``?region=...``) stays at the end."""
+    u = urlsplit(uri)
+    return urlunsplit(u._replace(path="/".join([u.path.rstrip("/"), *parts])))
+
+
+@dataclass(frozen=True)
+class RemoteStaging:
+    """A version directory being filled: its path on the output's filesystem and its URI (for executors)."""
+
+    path: str
+    uri: str
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+class RemoteOutput:
+    """A build output on a ``pyarrow.fs.FileSystem``: the remote layout of the module docstring."""
+
+    def __init__(self, fs, root: str, uri: str | None = None):
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.uri = uri or self.root
+
+    @classmethod
+    def from_uri(cls, uri: str) -> RemoteOutput:
+        import pyarrow.fs as pafs
+        fs, root = pafs.FileSystem.from_uri(uri)
+        return cls(fs, root, uri)
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def exists(self, path: str) -> bool:
+        import pyarrow.fs as pafs
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def _put(self, path: str, data: bytes) -> None:
+        with self.fs.open_output_stream(path) as f:
+            f.write(data)
+
+    def _get(self, path: str) -> bytes | None:
+        """The file's bytes, None if there is none (asked first: not every store maps that to ENOENT)."""
+        if not self.exists(path):
+            return None
+        with self.fs.open_input_stream(path) as f:
+            return f.read()
+
+    def move(self, src: str, dst: str) -> None:
+        """Move a file (a rename on HDFS and local disks, a server-side copy and delete on object stores)."""
+        try:
+            self.fs.move(src, dst)
+        except NotImplementedError:  # e.g. Azure without a hierarchical namespace
+            self.fs.copy_file(src, dst)
+            self.fs.delete_file(src)
+
+    def _check_layout(self) -> None:
+        for name in (INDEX_DIR, MANIFEST):  # a local build's symlinks, or someone else's files
+            if self.exists(self.path(name)):
+                raise StoreLayoutError(join_uri(self.uri, name), "exists and was not written by a rocketidx "
+                                       "build to a URI (those keep it under OUT/.v-<id>/); choose an empty --out")
+
+    def _read_lock(self) -> dict:
+        data = self._get(self.path(LOCK))
+        if data is None:
+            return {}
+        try:
+            return json.loads(data)
+        except ValueError:  # not ours to parse (an empty local flock file, a partial write)
+            return {"owner": None}
+
+    @contextmanager
+    def lock(self, settle_s: float = LOCK_SETTLE_S):
+        """Hold ``OUT/.lock`` for the build (advisory); a second build fails with :class:`StoreLockedError`."""
+        self._check_layout()
+        self.fs.create_dir(self.root, recursive=True)
+        mine = {"owner": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid(),
+                "since": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+        held = self._read_lock()
+        if not held:
+            self._put(self.path(LOCK), json.dumps(mine).encode())
+            time.sleep(settle_s)
+            held = self._read_lock()
+            if held.get("owner") == mine["owner"]:
+                held = None
+        if held is not None:
+            who = (f"held by {held.get('host')} pid {held.get('pid')} since {held.get('since')}"
+                   if held.get("owner") else "of unknown owner")
+            raise StoreLockedError(self.uri, f"another rocketidx build is writing this output (lock object "
+                                             f"{join_uri(self.uri, LOCK)} {who}); if no build is running, "
+                                             "a killed one left it: delete it and run again")
+        try:
+            yield
+        finally:
+            try:
+                if self._read_lock().get("owner") == mine["owner"]:
+                    self.fs.delete_file(self.path(LOCK))
+            except OSError as e:
+                log.warning("could not remove the lock object %s (%s); delete it before the next build",
+                            join_uri(self.uri, LOCK), e)
+
+    def current_version(self) -> str | None:
+        """The committed version directory's name, from ``OUT/CURRENT``; None before the first commit."""
+        data = self._get(self.path(CURRENT_FILE))
+        if data is None:
+            return None
+        name = data.decode().strip()
+        if not name.startswith(VERSION_PREFIX) or "/" in name:
+            raise StoreLayoutError(join_uri(self.uri, CURRENT_FILE), f"names {name!r}, not a version directory")
+        return name
+
+    def new_staging(self) -> RemoteStaging:
+        """A fresh version directory; versions ``CURRENT`` does not name (crash leftovers) go first."""
+        import pyarrow.fs as pafs
+        self._check_layout()
+        keep = self.current_version() or self._recover_current()
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+            if info.base_name.startswith(VERSION_PREFIX) and info.base_name != keep:
+                self.discard(RemoteStaging(info.path, join_uri(self.uri, info.base_name)))
+            elif info.base_name.startswith(CURRENT_FILE + ".tmp-"):
+                self.fs.delete_file(info.path)
+        name = f"{VERSION_PREFIX}{uuid.uuid4().hex[:12]}"
+        self.fs.create_dir(self.path(name, INDEX_DIR), recursive=True)
+        return RemoteStaging(self.path(name), join_uri(self.uri, name))
+
+    def _recover_current(self) -> str | None:
+        """``CURRENT`` back from a pointer move that was cut short, else None.
+
+        Where a move over an existing file is a delete and a rename (HDFS), a build killed between the two
+        leaves no ``CURRENT`` but its temporary pointer, naming a complete version: that version was being
+        committed and the previous one may be gone already, so it becomes current rather than garbage.
+        """
+        import pyarrow.fs as pafs
+        for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+            if not info.base_name.startswith(CURRENT_FILE + ".tmp-"):
+                continue
+            name = (self._get(info.path) or b"").decode().strip()
+            if name.startswith(VERSION_PREFIX) and "/" not in name and self.exists(self.path(name, MANIFEST)):
+                self.fs.move(info.path, self.path(CURRENT_FILE))
+                log.warning("%s was missing; restored it from %s (a commit cut short) naming %s",
+                            join_uri(self.uri, CURRENT_FILE), info.base_name, name)
+                return name
+        return None
+
+    def discard(self, staging: RemoteStaging) -> None:
+        """Delete a version directory, if it is there."""
+        if self.exists(staging.path):
+            self.fs.delete_dir(staging.path)
+
+    def _write_current(self, version: str) -> None:
+        data = (version + "\n").encode()
+        if self.fs.type_name in PUT_ATOMIC:
+            self._put(self.path(CURRENT_FILE), data)
+            return
+        tmp = self.path(f"{CURRENT_FILE}.tmp-{uuid.uuid4().hex[:8]}")
+        self._put(tmp, data)
+        self.fs.move(tmp, self.path(CURRENT_FILE))
+
+    def commit(self, staging: RemoteStaging, files: list[FileInfo], manifest: dict, tz,
+               name_after: str | None = None) -> dict:
+        """Name the staged files, write the manifest, then point ``OUT/CURRENT`` at the new version.
+
+        As :func:`commit`: ``files`` are the staged files in ``staging/index`` (any order); returns the manifest.
+        """
+        files = order_files(files)
+        names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
+        index = f"{staging.path}/{INDEX_DIR}"
+        rows = []
+        for f, name in zip(files, names):
+            src = f"{index}/{f.name}"
+            if not self.exists(src):
+                raise FileNotFoundError(f"staged index file missing: {join_uri(staging.uri, INDEX_DIR, f.name)}")
+            self.move(src, f"{index}/{name}")
+            rows.append(_manifest_row(f, name))
+        manifest = dict(manifest, files=rows)
+        self._put(f"{staging.path}/{MANIFEST}", (json.dumps(manifest, indent=2) + "\n").encode())
+        previous = self.current_version()
+        if self.exists(self.path(SUCCESS)):
+            self.fs.delete_file(self.path(SUCCESS))
+        self._write_current(staging.name)  # the commit point
+        self._put(self.path(SUCCESS), b"")
+        if previous and previous != staging.name:
+            self.discard(RemoteStaging(self.path(previous), join_uri(self.uri, previous)))
+        return manifest
+
+    def index_path(self) -> str | None:
+        """The committed ``index`` directory's path on ``fs``; None before the first commit."""
+        version = self.current_version()
+        return self.path(version, INDEX_DIR) if version else None
+
+    def read_manifest(self) -> dict | None:
+        version = self.current_version()
+        return json.loads(self._get(self.path(version, MANIFEST))) if version else None
+
+
+def read_manifest_uri(uri: str) -> dict | None:
+    """The manifest of the build committed at ``uri`` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``)."""
+    return RemoteOutput.from_uri(uri).read_manifest()

@@ -1,9 +1,10 @@
 """The Spark build: CommitLog -> committed index output, with the same bytes as the in-process build.
 
-In: a CommitLog (or store) directory, an output directory, a :class:`BuildConfig`, a SparkSession (or
-one is made), and optional offset/time filters. Out: ``OUT/index/<files>``, ``OUT/_manifest.json``,
-``OUT/_SUCCESS``, and ``(manifest, BuildSummary)`` exactly as :func:`rocketidx.build.build_index`
-returns them.
+In: a CommitLog (or store) directory, an output directory (a local path, or a URI pyarrow.fs opens), a
+:class:`BuildConfig`, a SparkSession (or one is made), and optional offset/time filters. Out:
+``OUT/index/<files>``, ``OUT/_manifest.json``, ``OUT/_SUCCESS`` (for a URI, the same under the version
+``OUT/CURRENT`` names: see :mod:`rocketidx.output`), and ``(manifest, BuildSummary)`` exactly as
+:func:`rocketidx.build.build_index` returns them.
 
 The plan (one Spark job, two stages)::
 
@@ -19,8 +20,8 @@ The plan (one Spark job, two stages)::
 
 Stays true: the files and the manifest equal the in-process build's for any split size and any
 number of partitions; only small manifest rows reach the driver; a failed or killed job leaves the
-previous output as it was (``output.commit`` swaps ``OUT/current`` only after everything is in place),
-and ``OUT/.lock`` keeps two builds of the same output apart.
+previous output as it was (``output.commit`` swaps ``OUT/current``, or writes ``OUT/CURRENT``, only after
+everything is in place), and ``OUT/.lock`` keeps two builds of the same output apart.
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from pathlib import Path
 from rocketidx.build import BuildSummary, manifest_header
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
+from rocketidx.output import (INDEX_DIR, RemoteOutput, RemoteStaging, commit, join_uri, new_staging,
+                              output_lock)
 from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, RangeInfo, ResolvedStops, SourceOptions,
                                     is_uri, list_store_segments, plan_partitions, register, resolve_stops,
                                     resolved_whole)
@@ -107,21 +110,26 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       spark=None, master: str | None = None, split_bytes: int = DEFAULT_SPLIT_BYTES,
                       from_offset: int | None = None, to_offset: int | None = None,
                       from_time_ms: int | None = None, to_time_ms: int | None = None,
-                      shuffle_partitions: int | None = None, stats: dict | None = None
+                      shuffle_partitions: int | None = None, stats: dict | None = None,
+                      start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None
                       ) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
+
+    ``start_offset``, ``skip_entries``, ``name_after``: as in ``build_index`` (a backfill's range; the
+    entries of the first message already indexed; the name every new file must sort after).
+    ``start_offset`` is ``from_offset`` under the core's name (give one or the other).
 
     ``spark``: a session to use (else one is joined or created, ``master`` default ``local[*]``);
     ``shuffle_partitions``: writer partitions (default: the session's default parallelism);
     ``stats``: a dict to fill with Spark-side figures (splits, partitions, peak worker RSS, job time).
     """
-    from rocketidx.output import commit, new_staging, output_lock
-
     t0 = time.monotonic()
     commitlog, out = str(commitlog), str(out)
-    if is_uri(out):
-        raise ConfigError("out", out, "the output must be a local or mounted path for now: the commit "
-                                      "swaps a symlink, which HDFS and object stores do not have")
+    remote = RemoteOutput.from_uri(out) if is_uri(out) else None
+    if start_offset is not None:
+        if from_offset is not None and from_offset != start_offset:
+            raise ConfigError("start_offset", start_offset, f"differs from from_offset {from_offset}")
+        from_offset = start_offset
     if split_bytes <= 0:
         raise ConfigError("split_bytes", split_bytes, "must be positive")
     if shuffle_partitions is not None and shuffle_partitions < 1:
@@ -136,13 +144,13 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     opts = SourceOptions(path=commitlog, output="shuffle", from_offset=from_offset, to_offset=end,
                          from_time_ms=from_time_ms, to_time_ms=to_time_ms, check_crc=config.check_crc,
                          split_bytes=split_bytes, batch_records=config.batch_records,
-                         window_ms=config.window_ms, stop_replicas=n)
+                         window_ms=config.window_ms, stop_replicas=n, skip_entries=skip_entries)
     summary = BuildSummary(segments=len(segments))
-    with output_lock(out):
-        staging = new_staging(out)
+    with remote.lock() if remote else output_lock(out):
+        staging = remote.new_staging() if remote else new_staging(out)
         try:
             t_job = time.monotonic()
-            rows, resolved, splits = _run(spark, opts, staging, config, n, segments)
+            rows, resolved, splits = _run(spark, opts, staging, config, n, segments, remote)
             t_job = time.monotonic() - t_job
             if resolved.stop and resolved.stop["kind"] == "corrupt":
                 log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
@@ -150,7 +158,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                             resolved.stop["phy_offset"], resolved.stop["reason"])
             t_commit = time.monotonic()
             files, windows, skipped = validate(rows, resolved, config)
-            stage_files(staging, rows, files)
+            stage_files(staging, rows, files, remote)
             summary.bytes_read = resolved.bytes_read
             summary.messages = resolved.messages
             summary.messages_indexed = resolved.indexed
@@ -164,14 +172,21 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             summary.wall_s = round(time.monotonic() - t0, 3)
             manifest = manifest_header(config, segments, summary)
             filters = {k: v for k, v in (("from_offset", from_offset), ("to_offset", to_offset),
-                                         ("from_time_ms", from_time_ms), ("to_time_ms", to_time_ms))
+                                         ("from_time_ms", from_time_ms), ("to_time_ms", to_time_ms),
+                                         ("skip_entries", skip_entries or None))
                        if v is not None}
             if filters:  # only then: an unfiltered build's manifest equals the in-process one
                 manifest["filters"] = filters
-            manifest = commit(out, staging, files, manifest, config.tzinfo)
+            if remote:
+                manifest = remote.commit(staging, files, manifest, config.tzinfo, name_after=name_after)
+            else:
+                manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
             t_commit = time.monotonic() - t_commit
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            if remote:
+                remote.discard(staging)
+            else:
+                shutil.rmtree(staging, ignore_errors=True)
             raise
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
     tasks = [r for r in rows if r["kind"] == "task"]
@@ -186,16 +201,25 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     return manifest, summary
 
 
-def _run(spark, opts: SourceOptions, staging: Path, config: BuildConfig, n: int, segments):
-    """Run the job; when splits disagree on where records start, once more with those segments whole."""
+def _run(spark, opts: SourceOptions, staging: Path | RemoteStaging, config: BuildConfig, n: int, segments,
+         remote: RemoteOutput | None = None):
+    """Run the job; when splits disagree on where records start, once more with those segments whole.
+
+    ``staging``: the version directory, a local path, or on ``remote`` (the tasks get its URI).
+    """
+    location = staging.uri if remote else str(staging)
     for _ in range(2):
         parts = plan_partitions(segments, opts)
         if not parts:
             return [], resolve_stops([]), 0
-        params = WriterParams(str(staging), config.hash_slot_num, config.index_num, config.window_ms, len(parts))
+        params = WriterParams(location, config.hash_slot_num, config.index_num, config.window_ms, len(parts))
         df = partition_entries(entries_frame(spark, opts), n).mapInArrow(
             partial(write_partition, params=params), _spark_schema(WRITER_ROWS))
-        rows = [r.asDict() for r in _collect_bounded(spark, df)]
+        spark.sparkContext.setJobDescription(f"rocketidx build: {len(parts)} splits -> {n} writers -> {location}")
+        try:
+            rows = [r.asDict() for r in _collect_bounded(spark, df)]
+        finally:
+            spark.sparkContext.setJobDescription(None)
         infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
         if len({i.index for i in infos}) != len(parts):
             raise RocketIdxError(f"the writers returned {len({i.index for i in infos})} of {len(parts)} split "
@@ -210,7 +234,7 @@ def _run(spark, opts: SourceOptions, staging: Path, config: BuildConfig, n: int,
             return rows, resolved, len(parts)
         log.warning("splits disagree on where records start (%s); rereading those segments as one split",
                     "; ".join(map(str, resolved.chain_breaks)))
-        shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
+        _remove_tasks(staging, remote)
         opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
 
@@ -291,10 +315,14 @@ def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
     return files, len(by_window), skipped
 
 
-def stage_files(staging: Path, rows: list[dict], files) -> None:
+def stage_files(staging: Path | RemoteStaging, rows: list[dict], files, remote: RemoteOutput | None = None) -> None:
     """Move each validated file from its task directory to ``staging/index/<staging name>``; drop the
-    rest of ``_tasks`` (files of failed or speculative attempts that lost)."""
+    rest of ``_tasks`` (files of failed or speculative attempts that lost). With ``remote``, through
+    its filesystem (a rename on HDFS, a server-side copy on an object store)."""
     task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
+    if remote:
+        _stage_remote(staging, task_of, files, remote)
+        return
     for f in files:
         task_dir, size = task_of[(f.window_id, f.seq)]
         src = staging / task_dir / f.name
@@ -304,3 +332,24 @@ def stage_files(staging: Path, rows: list[dict], files) -> None:
             raise RocketIdxError(f"{src}: {src.stat().st_size} bytes, expected {size}")
         os.rename(src, staging / "index" / f.name)
     shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
+
+
+def _stage_remote(staging: RemoteStaging, task_of: dict, files, remote: RemoteOutput) -> None:
+    from pyarrow.fs import FileType
+    for f in files:
+        task_dir, size = task_of[(f.window_id, f.seq)]
+        src = f"{staging.path}/{task_dir}/{f.name}"
+        info = remote.fs.get_file_info(src)
+        if info.type != FileType.File:
+            raise FileNotFoundError(f"staged index file missing: {join_uri(staging.uri, task_dir, f.name)}")
+        if info.size != size:
+            raise RocketIdxError(f"{join_uri(staging.uri, task_dir, f.name)}: {info.size} bytes, expected {size}")
+        remote.move(src, f"{staging.path}/{INDEX_DIR}/{f.name}")
+    _remove_tasks(staging, remote)
+
+
+def _remove_tasks(staging: Path | RemoteStaging, remote: RemoteOutput | None) -> None:
+    if remote is None:
+        shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
+    elif remote.exists(f"{staging.path}/{TASKS_DIR}"):
+        remote.fs.delete_dir(f"{staging.path}/{TASKS_DIR}")

@@ -41,6 +41,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError
+from rocketidx.output import is_uri
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +188,8 @@ class SourceOptions:
     ``stop_replicas``   shuffle: copies of each split's info row (one per writer partition)
     ``whole_segments``  base offsets of segments read as one split (no resync inside them)
     ``skip_offsets``    ``START-END,...`` absolute offset intervals whose records are left out
+    ``skip_entries``    entries, shuffle: drop the first N entries of the message at ``from_offset`` (a
+                        backfill continues a file that already holds them)
     """
 
     path: str
@@ -202,6 +205,7 @@ class SourceOptions:
     stop_replicas: int = 1
     whole_segments: tuple[int, ...] = ()
     skip_offsets: tuple[tuple[int, int], ...] = ()
+    skip_entries: int = 0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "SourceOptions":
@@ -230,7 +234,10 @@ class SourceOptions:
             stop_replicas=_int(opts, "stop_replicas", minimum=1) or 1,
             whole_segments=_int_list(opts, "whole_segments"),
             skip_offsets=_intervals(opts, "skip_offsets"),
+            skip_entries=_int(opts, "skip_entries", minimum=0) or 0,
         )
+        if parsed.skip_entries and parsed.from_offset is None:
+            raise ConfigError("skip_entries", parsed.skip_entries, "needs from_offset (the message it applies to)")
         if parsed.from_offset is not None and parsed.to_offset is not None and parsed.from_offset > parsed.to_offset:
             raise ConfigError("to_offset", parsed.to_offset, f"is before from_offset {parsed.from_offset}")
         if parsed.from_time_ms is not None and parsed.to_time_ms is not None and parsed.from_time_ms > parsed.to_time_ms:
@@ -250,15 +257,12 @@ class SourceOptions:
             out["whole_segments"] = ",".join(map(str, self.whole_segments))
         if self.skip_offsets:
             out["skip_offsets"] = ",".join(f"{lo}-{hi}" for lo, hi in self.skip_offsets)
+        if self.skip_entries:
+            out["skip_entries"] = str(self.skip_entries)
         return out
 
 
 # --- segments on any filesystem -----------------------------------------------------------------
-
-def is_uri(path: str) -> bool:
-    """A path with a scheme (``hdfs://``, ``s3://``, ``file://``) is opened through pyarrow.fs."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(path)) is not None
-
 
 def list_store_segments(path: str, *, from_offset: int | None = None, to_offset: int | None = None):
     """The CommitLog's segments (:class:`rocketidx.segments.Segment`), local or through pyarrow.fs.
@@ -631,9 +635,15 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
         if want == "messages":
             batch = M.records_to_batch(buf, seg, recs)
         elif with_entries:
+            if opts.skip_entries and int(recs[0, M.REC_POS]) + seg.base_offset == opts.from_offset:
+                seq = entries.column("entry_seq").to_numpy()
+                entries = entries.filter(pa.array(~((entries.column("phy_offset").to_numpy() == opts.from_offset)
+                                                    & (seq < opts.skip_entries))))
             seq = entries.column("entry_seq").to_numpy()
-            firsts = np.flatnonzero(seq == 0)  # a message's entries are adjacent, its first has seq 0
-            indexed += len(firsts)
+            phy_e = entries.column("phy_offset").to_numpy()
+            # A message's entries are adjacent and share its offset (its first may have been skipped).
+            firsts = np.flatnonzero(np.concatenate(([True], phy_e[1:] != phy_e[:-1]))) if len(phy_e) else phy_e[:0]
+            indexed += int(np.count_nonzero(seq == 0))
             n_entries += entries.num_rows
             ts = entries.column("store_timestamp_ms")
             window = assign_windows(ts.to_numpy(), opts.window_ms)
@@ -671,7 +681,7 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
 
 def _shuffle_batch(entries: pa.RecordBatch, firsts, window) -> pa.RecordBatch:
     """Bundle rows of one decoded batch: its messages with entries, grouped by window (each group in
-    CommitLog order). A message's entries are adjacent and its first has ``entry_seq == 0``."""
+    CommitLog order). ``firsts``: where each message's (adjacent) entries start."""
     import numpy as np
     n = len(firsts)
     if n == 0:
@@ -839,9 +849,9 @@ class CommitLogReader(DataSourceReader):
         return plan_partitions(segments, self.opts)
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
-        from rocketidx.spark.session import keep_zip_imports_cached
+        from rocketidx.spark.session import tune_python_worker
         from rocketidx.spark.source import read_split  # the worker imports the module, not the closure
-        keep_zip_imports_cached()
+        tune_python_worker()
         return read_split(partition, self.opts)
 
 
