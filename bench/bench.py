@@ -75,8 +75,6 @@ def measure_parse(store: str, native: bool) -> dict:
 
 def measure_write(store: str, native: bool) -> dict:
     """The writer alone: the store's entries are parsed first (not timed), then written in batches."""
-    import numpy as np
-
     from rocketidx.build import WindowSet
     from rocketidx.config import BuildConfig
     from rocketidx.messages import CommitLogReader
@@ -135,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--messages", type=int, default=2_500_000)
     ap.add_argument("--only", default="parse,write,build")
-    ap.add_argument("--no-spark", action="store_true", help="skip bench/bench_spark.py")
+    ap.add_argument("--no-spark", action="store_true", help="skip the Spark benchmarks")
     ap.add_argument("--child", nargs=3, metavar=("KIND", "STORE", "NATIVE"))
     a = ap.parse_args(argv)
     if a.child:
@@ -166,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{YARDSTICK['messages/s'] / 1e6:.2f} M messages/s, {YARDSTICK['entries/s'] / 1e6:.1f} M entries/s")
     DATA.mkdir(exist_ok=True)
     (DATA / "results-core.json").write_text(json.dumps(results, indent=2) + "\n")
-    spark_bench = ROOT / "bench" / "bench_spark.py"
-    if spark_bench.exists() and not a.no_spark:
-        subprocess.run([sys.executable, str(spark_bench)], check=False)
+    # The other benchmarks, each in its own process; --no-spark keeps to the core (and the core backfill).
+    later = [["bench_backfill.py"] + (["--no-spark"] if a.no_spark else [])]
+    if not a.no_spark:
+        later += [["bench_spark.py"], ["bench_stats.py"]]
+    for script, *args in later:
+        subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], check=False)
     return 0
 
 

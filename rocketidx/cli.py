@@ -93,11 +93,19 @@ def _parser() -> argparse.ArgumentParser:
     bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     bf.add_argument("--window", type=_duration("window"), default=0,
                     help="window length of the new files (default 0: one sequence, as the broker writes)")
-    bf.add_argument("--hash-slots", type=_positive_int, default=None, help="default: the broker's 5000000")
-    bf.add_argument("--index-num", type=_positive_int, default=None, help="default: the broker's 20000000")
+    bf.add_argument("--hash-slots", type=_positive_int, default=None,
+                    help="default: read off the existing files, else the broker's 5000000")
+    bf.add_argument("--index-num", type=_positive_int, default=None,
+                    help="default: read off the existing files, else the broker's 20000000")
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true")
     bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+    bf.add_argument("--in-process", action="store_true",
+                    help="rebuild in this Python process with the core alone, no Spark")
+    bf.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
+    bf.add_argument("--spark-conf", default=None, help="Spark settings and split size (default conf/spark.json)")
+    bf.add_argument("--split-bytes", type=_size, default=None, help="byte range per read task (default 128m)")
+    bf.add_argument("--partitions", type=_positive_int, default=None, help="writer partitions (default: cores)")
 
     v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content")
     v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
@@ -364,11 +372,24 @@ def print_verify(r) -> None:
 def cmd_backfill(a) -> int:
     from rocketidx.backfill import run_backfill
     log = (lambda *_: None) if a.json else print
-    r = run_backfill(a.store, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
-                     timezone_name=a.timezone, dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
+    args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
+                dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
+    spark_only = [f for f in ("master", "spark_conf", "split_bytes", "partitions") if getattr(a, f) is not None]
+    spark_stats = None
+    if a.in_process:
+        if spark_only:
+            print(f"rocketidx backfill: --{spark_only[0].replace('_', '-')} needs the Spark rebuild (drop --in-process)",
+                  file=sys.stderr)
+            return 2
+        r = run_backfill(a.store, **args)
+    else:
+        from rocketidx.spark.backfill import run_backfill_spark
+        r, spark_stats = run_backfill_spark(a.store, spark_conf=a.spark_conf, master=a.master,
+                                            split_bytes=a.split_bytes, partitions=a.partitions, **args)
     if a.json:
         print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
-                          "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3)}))
+                          "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
+                          "spark": spark_stats or None}))
     return 0
 
 
