@@ -13,8 +13,7 @@ directory is complete only once the writer has closed it, and callers stage that
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 
 import numpy as np
 

@@ -10,7 +10,7 @@ milliseconds that make it sort after its predecessor (the broker sorts its index
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import numpy as np
