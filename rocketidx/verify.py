@@ -185,24 +185,77 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     return {"kh": kh[1:], "phy": phy[1:], "td": td[1:]}
 
 
-def _expected_entries(commitlog, lo: int, hi: int, check_crc: bool = True):
-    """(phy, key_hash, store_ts) of the entries the CommitLog implies for messages in ``[lo, hi]``."""
-    from rocketidx.messages import REC_PHY, CommitLogReader
-    from rocketidx.segments import list_segments
-    segs = list_segments(commitlog, from_offset=lo, to_offset=hi + 1)
-    reader = CommitLogReader(segs, check_crc=check_crc, start_offset=lo)
-    phys, khs, tss, msg_phy = [], [], [], []
-    for seg, buf, recs, e in reader.entry_chunks():
-        msg_phy.append(recs[:, REC_PHY])
-        phy = e.column("phy_offset").to_numpy()
-        keep = (phy >= lo) & (phy <= hi)
-        phys.append(phy[keep])
-        khs.append(e.column("key_hash").to_numpy()[keep])
-        tss.append(e.column("store_timestamp_ms").to_numpy()[keep])
-        if len(recs) and recs[-1, REC_PHY] > hi:
-            break
-    cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)  # noqa: E731
-    return cat(phys, np.int64), cat(khs, np.int32).astype(np.int64), cat(tss, np.int64), cat(msg_phy, np.int64)
+class _Sink:
+    """Problems of the content pass, kept per (file, kind) as the chunks find them: the first
+    ``MAX_LISTED_PER_KIND`` with their details, the offset of the next one, and the full count. Flushed
+    into the report at the end in the order of a one-shot check (per file: not-a-message, time-diff,
+    window; then every file's extras; then every file's missing entries)."""
+
+    ORDER = ("not-a-message", "time-diff", "window", "extra", "missing")
+
+    def __init__(self):
+        self.kept: dict[tuple[int, str], list] = {}
+
+    def add(self, fi: int, offsets, kind: str, details) -> None:
+        offsets = np.atleast_1d(np.asarray(offsets, np.int64))
+        if not len(offsets):
+            return
+        entry = self.kept.setdefault((fi, kind), [[], 0, None])  # listed, total, first unlisted offset
+        listed = entry[0]
+        take = min(max(0, MAX_LISTED_PER_KIND - len(listed)), len(offsets))
+        if take:
+            texts = details(slice(0, take)) if callable(details) else [details] * take
+            listed.extend(zip(offsets[:take].tolist(), texts))
+        if entry[2] is None and len(offsets) > take:
+            entry[2] = int(offsets[take])
+        entry[1] += len(offsets)
+
+    def flush(self, report: VerifyReport, files: list[IndexFile]) -> None:
+        order = [(fi, k) for k in self.ORDER[:3] for fi in range(len(files))]
+        order = sorted(order, key=lambda x: (x[0], self.ORDER.index(x[1])))
+        order += [(fi, k) for k in self.ORDER[3:] for fi in range(len(files))]
+        for fi, kind in order:
+            entry = self.kept.get((fi, kind))
+            if entry is None:
+                continue
+            listed, total, next_offset = entry
+            report.counts[kind] += total
+            report.problems.extend(Problem(files[fi].path, off, kind, d) for off, d in listed)
+            if total > len(listed):
+                report.problems.append(Problem(files[fi].path, next_offset, kind,
+                                               f"... and {total - len(listed)} more"))
+
+
+class _Items:
+    """One file's items for the content pass, walked in offset order a chunk at a time.
+
+    Holds the offsets as int64 (8 B an item); key hashes and time diffs are gathered from the file's
+    mapping per chunk. A file whose offsets are out of order (an ``order`` problem) is walked through
+    a sorting permutation, so every item is still judged exactly once.
+    """
+
+    def __init__(self, fi: int, f: IndexFile, count: int):
+        self.fi, self.f = fi, f
+        self.phy = np.asarray(f.items["phy_offset"][1:count + 1]).astype(np.int64)
+        self.perm = None
+        if len(self.phy) > 1 and (np.diff(self.phy) < 0).any():
+            self.perm = np.argsort(self.phy, kind="stable")
+            self.phy = self.phy[self.perm]
+        self.cursor = 0
+        self.items_at = L.items_offset(f.hash_slot_num)
+
+    @property
+    def done(self) -> bool:
+        return self.cursor >= len(self.phy)
+
+    def take(self, upto: int):
+        """Items with offset <= ``upto`` not taken yet: (item index from 0 = item 1, phy, keyHash, timeDiff)."""
+        stop = int(np.searchsorted(self.phy, upto, side="right"))
+        pos = np.arange(self.cursor, stop)
+        self.cursor = max(self.cursor, stop)
+        idx = pos if self.perm is None else self.perm[pos]
+        raw = self.f.items[1 + idx] if len(idx) else self.f.items[:0]
+        return idx, self.phy[pos], raw["key_hash"].astype(np.int64), raw["time_diff_s"].astype(np.int64)
 
 
 def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | None = None,
@@ -213,10 +266,13 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     ``open_end``: the last indexed message may continue in a file that is not among ``files`` (a broker
     rolled over in the middle of its keys), so its missing entries are not problems; ``open_start``:
     likewise for the first message, whose first entries may sit in an older file not among ``files``.
+
+    Memory: one file's items during its structure check; then one pass over the CommitLog range in
+    chunks, holding the offsets of the files whose range the pass is in (8 B an item) and one chunk.
     """
     report = VerifyReport()
-    per_file = []
-    for f in files:
+    spans: dict[int, tuple[int, int, int]] = {}  # file -> (items, lowest offset, highest offset)
+    for fi, f in enumerate(files):
         h = f.header
         summary = FileSummary(f.name, max(0, h.index_count - 1), h.begin_timestamp, h.end_timestamp,
                               h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count)
@@ -224,91 +280,136 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         arrays = check_structure(f, report)
         summary.problems = sum(report.counts.values()) - before
         report.files.append(summary)
-        per_file.append(arrays)
         if arrays is not None:
             report.entries_checked += len(arrays["phy"])
-    if commitlog is None:
+            if len(arrays["phy"]):
+                spans[fi] = (len(arrays["phy"]), int(arrays["phy"].min()), int(arrays["phy"].max()))
+        del arrays  # the content pass reads the items again, a chunk at a time
+    if commitlog is None or not spans:
         return report
-    nonempty = [(f, a) for f, a in zip(files, per_file) if a is not None and len(a["phy"])]
-    if not nonempty:
-        return report
-    lo = min(int(a["phy"].min()) for _, a in nonempty)
-    hi = max(int(a["phy"].max()) for _, a in nonempty)
+    lo = min(b for _, b, _ in spans.values())
+    hi = max(e for _, _, e in spans.values())
     report.covered_range = (lo, hi)
-    e_phy, e_kh, e_ts, msg_phy = _expected_entries(commitlog, lo, hi, check_crc)
-    report.expected_entries = len(e_phy)
-    msg_phy = unique_sorted(msg_phy)
-    # Per-message store time, to check time diffs and windows (entries come in CommitLog order).
-    order = np.argsort(e_phy, kind="stable")
-    sorted_phy = e_phy[order]
-    first = np.flatnonzero(np.concatenate(([True], sorted_phy[1:] != sorted_phy[:-1]))) if len(e_phy) else order
-    u_phy = sorted_phy[first]
-    u_ts = e_ts[order][first]
+    report.expected_entries = 0
+    # Each missing entry goes to the file whose offset range holds it, else the nearest before.
+    begins = np.array([spans[fi][1] if fi in spans else -1 for fi in range(len(files))])
+    pending = sorted(spans, key=lambda fi: spans[fi][1])
+    active: list[_Items] = []
+    sink = _Sink()
 
-    all_keys = []
-    for fi, (f, a) in enumerate(zip(files, per_file)):
-        if a is None or not len(a["phy"]):
+    def judge(upto: int, m_phy, e_phy, e_kh, e_ts) -> None:
+        while pending and spans[pending[0]][1] <= upto:
+            fi = pending.pop(0)
+            active.append(_Items(fi, files[fi], spans[fi][0]))
+        taken = [(it.fi, *it.take(upto)) for it in active]
+        active[:] = [it for it in active if not it.done]
+        _judge_chunk(taken, files, m_phy, e_phy, e_kh, e_ts, begins, lo, hi, open_start, open_end,
+                     window_ms, window_ids, sink)
+
+    from rocketidx.messages import REC_PHY, CommitLogReader
+    from rocketidx.segments import list_segments
+    segs = list_segments(commitlog, from_offset=lo, to_offset=hi + 1)
+    reader = CommitLogReader(segs, check_crc=check_crc, start_offset=lo)
+    bound = lo - 1
+    for seg, buf, recs, e in reader.entry_chunks():
+        if not len(recs):
             continue
-        items_at = L.items_offset(f.hash_slot_num)
-        item_off = items_at + L.INDEX_ITEM.itemsize * (1 + np.arange(len(a["phy"])))
-        is_msg = member_of(a["phy"], msg_phy)
-        report.add(f.path, item_off[~is_msg], "not-a-message",
-                   [f"phyOffset {p} is not the start of a valid message" for p in a["phy"][~is_msg][:MAX_LISTED_PER_KIND].tolist()])
-        pos = np.searchsorted(u_phy, a["phy"])
-        has = (pos < len(u_phy)) & (u_phy[np.minimum(pos, len(u_phy) - 1)] == a["phy"])
-        ts = np.where(has, u_ts[np.minimum(pos, len(u_phy) - 1)], 0)
-        begin = f.header.begin_timestamp
-        exp_td = time_diffs(ts, begin)
-        check = has.copy()
-        check[0] = False  # a rolled file's first diff is measured from the previous file's end
-        bad = np.flatnonzero(check & (exp_td != a["td"]))
-        report.add(f.path, item_off[bad] + L.INDEX_ITEM.fields["time_diff_s"][1], "time-diff",
-                   [f"time diff {a['td'][i]} but the message's store time gives {exp_td[i]}" for i in bad[:MAX_LISTED_PER_KIND].tolist()])
+        m_phy = unique_sorted(recs[:, REC_PHY].astype(np.int64))
+        phy = e.column("phy_offset").to_numpy()
+        keep = (phy >= lo) & (phy <= hi)
+        report.expected_entries += int(np.count_nonzero(keep))
+        bound = max(bound, int(m_phy[-1]))
+        judge(min(bound, hi), m_phy, phy[keep], e.column("key_hash").to_numpy()[keep].astype(np.int64),
+              e.column("store_timestamp_ms").to_numpy()[keep])
+        if bound >= hi:
+            break
+    empty = np.zeros(0, np.int64)
+    judge(hi, empty, empty, empty, empty)  # items past where reading stopped start no message
+    sink.flush(report, files)
+    return report
+
+
+def _judge_chunk(taken, files, m_phy, e_phy, e_kh, e_ts, begins, lo, hi, open_start, open_end,
+                 window_ms, window_ids, sink: _Sink) -> None:
+    """Content and coverage of the items and expected entries of one stretch of CommitLog offsets.
+
+    ``taken``: per active file (file index, item indices, offsets, keyHashes, time diffs) of its items
+    in the stretch; ``m_phy``: the stretch's message offsets (ascending); ``e_*``: its expected entries,
+    in CommitLog order. Every message lies wholly in one stretch, so the multiset of its entries is
+    compared whole.
+    """
+    item = L.INDEX_ITEM
+    # Per-message store time, from the message's first entry (as the index computes time diffs).
+    first = np.flatnonzero(np.concatenate(([True], e_phy[1:] != e_phy[:-1]))) if len(e_phy) else empty_i64()
+    u_phy, u_ts = e_phy[first], e_ts[first]
+    if len(u_phy) > 1 and (np.diff(u_phy) <= 0).any():  # PHYSICALOFFSET fields out of order: sort
+        o = np.argsort(u_phy, kind="stable")
+        u_phy, u_ts = u_phy[o], u_ts[o]
+        keep = np.concatenate(([True], u_phy[1:] != u_phy[:-1]))
+        u_phy, u_ts = u_phy[keep], u_ts[keep]
+    parts = []
+    for fi, idx, phy, kh, td in taken:
+        if not len(idx):
+            continue
+        f = files[fi]
+        off = L.items_offset(f.hash_slot_num) + item.itemsize * (1 + idx)
+        is_msg = member_of(phy, m_phy)
+        sink.add(fi, off[~is_msg], "not-a-message",
+                 lambda s, p=phy[~is_msg]: [f"phyOffset {v} is not the start of a valid message" for v in p[s].tolist()])
+        pos = np.minimum(np.searchsorted(u_phy, phy), max(len(u_phy) - 1, 0))
+        has = (len(u_phy) > 0) & (u_phy[pos] == phy) if len(u_phy) else np.zeros(len(phy), bool)
+        ts = np.where(has, u_ts[pos] if len(u_ts) else 0, 0)
+        exp_td = time_diffs(ts, f.header.begin_timestamp)
+        check = has & (idx != 0)  # a rolled file's first diff is measured from the previous file's end
+        bad = np.flatnonzero(check & (exp_td != td))
+        sink.add(fi, off[bad] + item.fields["time_diff_s"][1], "time-diff",
+                 lambda s, b=bad: [f"time diff {td[i]} but the message's store time gives {exp_td[i]}"
+                                   for i in b[s].tolist()])
         if window_ms and window_ids is not None:
-            w = np.floor_divide(ts, window_ms)
-            bad = np.flatnonzero(has & (w != window_ids[fi]))
-            report.add(f.path, item_off[bad], "window", f"entry's store time is outside the file's window {window_ids[fi]}")
-        all_keys.append((a["phy"], a["kh"], np.full(len(a["phy"]), fi), item_off))
+            bad = np.flatnonzero(has & (np.floor_divide(ts, window_ms) != window_ids[fi]))
+            sink.add(fi, off[bad], "window", f"entry's store time is outside the file's window {window_ids[fi]}")
+        parts.append((phy, kh, np.full(len(phy), fi), off))
     # Coverage: items and expected entries as multisets of (message, keyHash). Offsets are ranked among
-    # the messages first, so (rank, keyHash) packs into one int64 whatever the offsets' size.
-    i_phy = np.concatenate([k[0] for k in all_keys])
-    i_kh = np.concatenate([k[1] for k in all_keys])
-    i_file = np.concatenate([k[2] for k in all_keys])
-    i_off = np.concatenate([k[3] for k in all_keys])
-    i_msg = member_of(i_phy, msg_phy)
-    item_keys = (np.searchsorted(msg_phy, i_phy) << 31) | i_kh
+    # the stretch's messages first, so (rank, keyHash) packs into one int64 whatever the offsets' size.
+    cat = lambda i, dt: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dt)  # noqa: E731
+    i_phy, i_kh, i_file, i_off = cat(0, np.int64), cat(1, np.int64), cat(2, np.int64), cat(3, np.int64)
+    i_msg = member_of(i_phy, m_phy)
+    item_keys = (np.searchsorted(m_phy, i_phy).astype(np.int64) << 31) | i_kh
     got = unique_counts(item_keys[i_msg])
-    want = unique_counts((np.searchsorted(msg_phy, e_phy) << 31) | e_kh)
+    want = unique_counts((np.searchsorted(m_phy, e_phy).astype(np.int64) << 31) | e_kh)
     keys = unique_sorted(np.concatenate((got[0], want[0])))
     g = _lookup(got, keys)
     w_ = _lookup(want, keys)
     extra_keys = keys[g > w_]
     missing = w_ > g
-    if open_end:
-        missing &= msg_phy[keys >> 31] != hi
-    if open_start:
-        missing &= msg_phy[keys >> 31] != lo
-    missing_keys = keys[missing]
+    if len(keys):
+        at = m_phy[keys >> 31]
+        if open_end:
+            missing &= at != hi
+        if open_start:
+            missing &= at != lo
     if len(extra_keys):
         sel = np.flatnonzero(member_of(item_keys, extra_keys) & i_msg)
         for fi in unique_sorted(i_file[sel]).tolist():
             s = sel[i_file[sel] == fi]
-            report.add(files[fi].path, i_off[s], "extra",
-                       [f"no index key of the message at {p} hashes to {k}" for p, k in zip(i_phy[s][:MAX_LISTED_PER_KIND].tolist(), i_kh[s][:MAX_LISTED_PER_KIND].tolist())])
-    if len(missing_keys):
-        m_phy = msg_phy[missing_keys >> 31]
-        m_kh = missing_keys & 0x7FFFFFFF
+            sink.add(fi, i_off[s], "extra", lambda r, s=s: [f"no index key of the message at {p} hashes to {k}"
+                                                            for p, k in zip(i_phy[s][r].tolist(), i_kh[s][r].tolist())])
+    if missing.any():
+        m_keys = keys[missing]
         n_missing = (w_ - g)[missing]
-        # Attribute each missing entry to the file whose offset range holds it (else the nearest before).
-        begins = np.array([a["phy"].min() if a is not None and len(a["phy"]) else -1 for a in per_file])
-        fi = np.clip(np.searchsorted(begins, m_phy, side="right") - 1, 0, len(files) - 1)
-        for f_i in unique_sorted(fi).tolist():
-            s = np.flatnonzero(fi == f_i)
-            report.add(files[f_i].path, np.zeros(int(n_missing[s].sum()), np.int64), "missing",
-                       [f"entry (phyOffset {p}, keyHash {k}) the CommitLog implies is not indexed"
-                        for p, k in zip(np.repeat(m_phy[s], n_missing[s])[:MAX_LISTED_PER_KIND].tolist(),
-                                        np.repeat(m_kh[s], n_missing[s])[:MAX_LISTED_PER_KIND].tolist())])
-    return report
+        at_phy = m_phy[m_keys >> 31]
+        m_kh = m_keys & 0x7FFFFFFF
+        owner = np.clip(np.searchsorted(begins, at_phy, side="right") - 1, 0, len(files) - 1)
+        for fi in unique_sorted(owner).tolist():
+            s = np.flatnonzero(owner == fi)
+            rep_phy, rep_kh = np.repeat(at_phy[s], n_missing[s]), np.repeat(m_kh[s], n_missing[s])
+            sink.add(fi, np.zeros(len(rep_phy), np.int64), "missing",
+                     lambda r, a=rep_phy, b=rep_kh: [f"entry (phyOffset {p}, keyHash {k}) the CommitLog implies "
+                                                     "is not indexed" for p, k in zip(a[r].tolist(), b[r].tolist())])
+
+
+def empty_i64() -> np.ndarray:
+    return np.zeros(0, np.int64)
 
 
 def _lookup(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
