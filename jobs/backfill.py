@@ -27,7 +27,7 @@ import logging
 import sys
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # the checkout's, beside this job (not in a --py-files zip)
 
 
 def _default(name: str) -> str | None:

@@ -175,13 +175,11 @@ def cmd_build(a) -> int:
 
 
 def _build_on_spark(a, cfg):
-    from pathlib import Path
-
+    from rocketidx.config import project_conf
     from rocketidx.spark.pipeline import build_index_spark
     from rocketidx.spark.session import get_session, load_spark_settings
     from rocketidx.spark.source import parse_time_ms
-    default_conf = Path(__file__).resolve().parents[1] / "conf" / "spark.json"
-    settings = load_spark_settings(a.spark_conf or (default_conf if default_conf.exists() else None),
+    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"),
                                    split_bytes=a.split_bytes, shuffle_partitions=a.partitions, master=a.master)
     from_time = parse_time_ms(a.from_time, "from_time") if a.from_time else None
     to_time = parse_time_ms(a.to_time, "to_time") if a.to_time else None

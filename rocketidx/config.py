@@ -69,3 +69,13 @@ def load_config(path: str | Path | None, **overrides) -> BuildConfig:
             section = dict(section, window_ms=parse_duration_ms(section.pop("window"), "window"))
         base = replace(base, **section)
     return base.with_overrides(**overrides)
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def project_conf(name: str) -> str | None:
+    """The project's ``conf/<name>`` when running from a checkout (the default settings files), else None:
+    an installed package or a ``--py-files`` zip has no ``conf/`` and runs on built-in defaults."""
+    p = CONF_DIR / name
+    return str(p) if p.is_file() else None

@@ -9,10 +9,6 @@ never starts a JVM.
 from __future__ import annotations
 
 import os
-from pathlib import Path
-
-DEFAULT_SPARK_CONF = Path(__file__).resolve().parents[2] / "conf" / "spark.json"
-
 
 class SparkBuilder:
     """A ``build_index``-shaped callable that runs :func:`build_index_spark` in a lazily made session."""
@@ -46,8 +42,9 @@ def run_backfill_spark(store: str | os.PathLike, *, spark=None, spark_conf: str 
     Returns ``(BackfillResult, spark figures)``; a session this call made is stopped before it returns.
     """
     from rocketidx.backfill import run_backfill
+    from rocketidx.config import project_conf
     from rocketidx.spark.session import load_spark_settings
-    conf = spark_conf or (DEFAULT_SPARK_CONF if DEFAULT_SPARK_CONF.exists() else None)
+    conf = spark_conf or project_conf("spark.json")
     settings = load_spark_settings(conf, split_bytes=split_bytes, shuffle_partitions=partitions, master=master)
     builder = SparkBuilder(settings, spark)
     try:
