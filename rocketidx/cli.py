@@ -114,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--index-num", type=_positive_int, default=None)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.add_argument("--spark", action="store_true",
+                   help="check on Spark (stores larger than one machine reads quickly); default: in this process")
+    v.add_argument("--master", default=None, help="with --spark: Spark master (default local[*])")
+    v.add_argument("--spark-conf", default=None, help="with --spark: Spark settings (default conf/spark.json)")
+    v.add_argument("--split-bytes", type=_size, default=None, help="with --spark: CommitLog bytes per task")
 
     from rocketidx import stats_cli
     stats_cli.add_parser(sub)
@@ -341,7 +346,14 @@ def cmd_verify(a) -> int:
     window_ids = [f["window_id"] for f in manifest["files"]] if manifest else None
     if pre.counts:  # files that could not be opened are left out of the rest
         window_ids = None
-    report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc)
+    spark_only = [f for f in ("master", "spark_conf", "split_bytes") if getattr(a, f) is not None]
+    if spark_only and not a.spark:
+        print(f"rocketidx verify: --{spark_only[0].replace('_', '-')} needs --spark", file=sys.stderr)
+        return 2
+    if a.spark:
+        report = _verify_on_spark(a, files, windows, window_ids)
+    else:
+        report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc)
     report.problems[:0] = pre.problems
     report.counts.update(pre.counts)
     if a.json:
@@ -349,6 +361,24 @@ def cmd_verify(a) -> int:
     else:
         print_verify(report)
     return 0 if report.clean else 1
+
+
+def _verify_on_spark(a, files, windows, window_ids):
+    from pyspark.sql import SparkSession
+
+    from rocketidx.config import project_conf
+    from rocketidx.spark.session import get_session, load_spark_settings
+    from rocketidx.spark.verify import verify_index_spark
+    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
+                                   master=a.master)
+    joined = SparkSession.getActiveSession()  # a notebook's or a test's session: not ours to stop
+    spark = get_session(settings.master, settings.conf)
+    try:
+        return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
+                                  check_crc=not a.no_crc, split_bytes=settings.split_bytes)
+    finally:
+        if joined is None:
+            spark.stop()
 
 
 def print_verify(r) -> None:

@@ -4,7 +4,9 @@
   byte-range splits) and :func:`read_messages`, the broker-recovery view of the messages;
 * :mod:`rocketidx.spark.pipeline` :func:`build_index_spark`, the Spark build (same bytes as the core's);
 * :mod:`rocketidx.spark.writer`   the mapInArrow IndexFile writer;
-* :mod:`rocketidx.spark.session`  :func:`get_session`, settings from ``conf/spark.json``.
+* :mod:`rocketidx.spark.session`  :func:`get_session`, settings from ``conf/spark.json``;
+* :mod:`rocketidx.spark.verify`   :func:`verify_index_spark`, the index check on Spark;
+* :mod:`rocketidx.spark.backfill` :func:`run_backfill_spark`, the crash backfill with its rebuild on Spark.
 
 Names are imported on first use: Spark's planner processes unpickle the data source, and importing
 this package must not drag the whole build (and its compile time) into each of them.
@@ -17,6 +19,7 @@ _WHERE = {
     "build_index_spark": "pipeline",
     "SparkSettings": "session", "get_session": "session", "load_spark_settings": "session",
     "SOURCE_NAME": "source", "CommitLogDataSource": "source", "read_messages": "source", "register": "source",
+    "verify_index_spark": "verify", "run_backfill_spark": "backfill",
 }
 
 __all__ = sorted(_WHERE)

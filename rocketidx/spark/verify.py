@@ -1,0 +1,486 @@
+"""IndexFiles + CommitLog -> :class:`VerifyReport` on Spark: ``rocketidx verify`` for large stores.
+
+In: the IndexFiles to check (oldest first: :class:`IndexFile` values, as :func:`rocketidx.verify.
+open_for_verify` opens them, or paths), optionally the CommitLog they index, and a SparkSession. Out:
+the very :class:`VerifyReport` that :func:`rocketidx.verify.verify_index` returns for the same input
+(same problems in the same order, same counts, files, ``entries_checked``, ``expected_entries`` and
+``covered_range``); the checks are listed in :mod:`rocketidx.verify`.
+
+The plan::
+
+    spark.range(groups) -> mapInArrow(structure_task)   verify.check_structure of each file (a big file
+                                                       is a task of its own, small ones share one); one
+                                                       row back per file: its listed problems, counts,
+                                                       item count, lowest and highest phyOffset
+    with a CommitLog, over the covered range [lo, hi] of those offsets:
+    rocketmq-commitlog, output=stops                   the broker-recovery view (resolve_split_stops,
+                                                       as read_messages does)
+    rocketmq-commitlog, output=shuffle, window 0       the entries, the stops' skips applied, already
+      -> mapInArrow(entries_task)                      packed per decoded batch (the build's own rows)
+    spark.range(groups) -> mapInArrow(items_task)      the items, read in chunks of items_per_task
+      both as PACKED_ROWS: one row per (batch, range), range = phyOffset div split_bytes, so every
+      entry of a message and every item pointing at it meet in one group
+      -> repartition(range).groupBy(range)
+         .applyInArrow(check_range)                    the core's content checks on that range in numpy:
+                                                       time-diff, window, the (phyOffset, keyHash)
+                                                       multiset compare (extra, missing), "candidate"
+                                                       rows for items at an offset without entries,
+                                                       and the range's entry count
+      -> problem rows (file, kind, offset, a, b, n), cached
+    only when there are candidates:
+    rocketmq-commitlog, output=messages                is the offset a message that makes no entry (a
+                                                       rollback, no keys)? then the item is extra, else
+                                                       not-a-message
+    driver: per (file, kind) the count and the first MAX_LISTED_PER_KIND + 1 rows by offset
+
+Why packed range groups rather than a row per item and per entry through ``groupBy(phy, kh)`` and a full
+outer join: on the bench store (2.5 M messages, 6.1 M entries, two cores) that plan spent 67 s in
+Spark's aggregations, joins and row <-> Arrow conversions, where this one's content job takes 12 s; the
+multiset compare of one range is a few numpy sorts (0.3 s for 460,000 entries and items).
+
+Stays true: no task holds more than one file's arrays (structure), one read batch, or one range's
+entries and the items pointing into it (``split_bytes`` of CommitLog: ~450,000 entries of the bench
+store per 128 MiB; an index whose items pile onto one range makes that group large); the driver gets
+one row per file and at most ``MAX_LISTED_PER_KIND + 1`` problem rows per (file, kind), never items or
+entries. The messages pass decodes every column (2-4x the time of the entries pass), so it runs only
+when an item points at an offset without entries.
+
+Problems are grouped as in the core: each of its ``report.add`` calls is one (file, kind) group here
+(``time-diff`` found by the structure check and by the content check are separate groups, as they are
+two calls there), listed in offset order, ``missing`` in (phyOffset, keyHash) order.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from rocketidx import layout as L
+from rocketidx.arrays import member_of, unique_counts, unique_sorted
+from rocketidx.indexfile import IndexFile, time_diffs
+from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, SourceOptions, register,
+                                    resolve_split_stops, resolved_whole)
+from rocketidx.spark.stats import pack, typed_task_errors
+from rocketidx.verify import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, check_structure
+
+DEFAULT_ITEMS_PER_TASK = 4 << 20  # 80 MiB of items per read task
+ITEM_BATCH = 1 << 16  # items per Arrow batch a read task yields (1.3 MiB of item bytes)
+
+_KIND_COUNT = pa.struct([("kind", pa.string()), ("n", pa.int64())])
+_LISTED = pa.struct([("offset", pa.int64()), ("kind", pa.string()), ("detail", pa.string())])
+STRUCTURE_ROWS = pa.schema([
+    ("file", pa.int32()),
+    ("items", pa.int64()),  # items checked (indexCount - 1); -1: indexCount out of range, items unread
+    ("min_phy_offset", pa.int64()),  # null without items
+    ("max_phy_offset", pa.int64()),
+    ("counts", pa.list_(_KIND_COUNT)),  # problems found, by kind (complete)
+    ("problems", pa.list_(_LISTED)),  # problems listed (as report.add caps them)
+])
+# Items and entries cross the shuffle packed: a row per (read batch, range) of little-endian arrays.
+# Spark's cost is per row (rows -> Arrow for Python alone took 8 s of 6.1 M items and 6.1 M entries
+# on the bench store); a packed row carries the same values.
+PACKED_ROWS = pa.schema([
+    ("range", pa.int64()),  # phyOffset div split_bytes
+    ("is_entry", pa.bool_()),
+    ("phy", pa.binary()),  # int64 per row
+    ("kh", pa.binary()),  # int32 per row
+    ("ts", pa.binary()),  # entries: store time, int64 per row
+    ("file", pa.binary()),  # items: file number, int32 per row
+    ("item", pa.binary()),  # items: item number, int32 per row
+    ("td", pa.binary()),  # items: time diff, int32 per row
+])
+_PACKED_TYPES = {"phy": "<i8", "kh": "<i4", "ts": "<i8", "file": "<i4", "item": "<i4", "td": "<i4"}
+
+# One row per problem the content checks found; a and b carry the numbers its detail names.
+PROBLEM_ROWS = pa.schema([
+    ("file", pa.int32()),  # -1 on the "expected" rows
+    ("kind", pa.string()),  # a problem kind, or "candidate" (offset without entries), "expected" (count)
+    ("offset", pa.int64()),
+    ("a", pa.int64()),  # not-a-message, extra, missing, candidate: phyOffset; time-diff: the item's diff
+    ("b", pa.int64()),  # extra, missing, candidate: keyHash; time-diff: the diff the store time gives
+    ("n", pa.int64()),  # problems the row stands for (missing: entries of one (phyOffset, keyHash))
+])
+CANDIDATE = "candidate"
+EXPECTED = "expected"
+
+_TIME_DIFF_AT = L.INDEX_ITEM.fields["time_diff_s"][1]
+_LOW32 = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """What a task needs to open one file."""
+
+    path: str
+    hash_slot_num: int
+    index_num: int
+
+
+@dataclass(frozen=True)
+class ItemChunk:
+    """Items ``[lo, hi)`` of file number ``file``."""
+
+    file: int
+    ref: FileRef
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class ContentParams:
+    """What every range group needs to know about the files and the covered range."""
+
+    items_at: tuple[int, ...]  # per file: byte offset of item 0
+    begin_timestamps: tuple[int, ...]  # per file: the header's, from which its time diffs count
+    first_offsets: tuple[int, ...]  # per file: lowest item phyOffset, -1 without items (missing -> file)
+    window_ms: int | None
+    window_ids: tuple[int, ...] | None
+    lo: int
+    hi: int
+    open_start: bool
+    open_end: bool
+
+
+def _spark_schema(schema: pa.Schema):
+    from pyspark.sql.pandas.types import from_arrow_schema
+    return from_arrow_schema(schema)
+
+
+def _task_setup() -> None:
+    from rocketidx.spark.session import tune_python_worker
+    tune_python_worker()
+
+
+# --- what the tasks run --------------------------------------------------------------------------
+
+def structure_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[int]],
+                   refs: Sequence[FileRef]) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over group numbers: :func:`check_structure` of each file of the group, one after
+    the other, one :data:`STRUCTURE_ROWS` row each."""
+    _task_setup()
+    for ids in batches:
+        for i in (i for g in ids.column("id").to_pylist() for i in groups[g]):
+            ref = refs[i]
+            report = VerifyReport()
+            arrays = check_structure(IndexFile(ref.path, ref.hash_slot_num, ref.index_num, check=False), report)
+            phy = arrays["phy"] if arrays is not None else np.zeros(0, np.int64)
+            yield pa.RecordBatch.from_pydict({
+                "file": [i], "items": [len(phy) if arrays is not None else -1],
+                "min_phy_offset": [int(phy.min()) if len(phy) else None],
+                "max_phy_offset": [int(phy.max()) if len(phy) else None],
+                "counts": [[{"kind": k, "n": n} for k, n in report.counts.items()]],
+                "problems": [[{"offset": p.offset, "kind": p.kind, "detail": p.detail} for p in report.problems]],
+            }, schema=STRUCTURE_ROWS)
+
+
+def _pack(range_ids: np.ndarray, is_entry: bool, columns: dict[str, np.ndarray]) -> pa.RecordBatch:
+    """One :data:`PACKED_ROWS` row per distinct range id (rows keep their order within a range)."""
+    if len(range_ids) and range_ids[0] == range_ids[-1] and (range_ids == range_ids[0]).all():  # the usual case
+        groups = [(int(range_ids[0]), slice(None))]
+    else:
+        order = np.argsort(range_ids, kind="stable")
+        cuts = np.flatnonzero(np.diff(range_ids[order])) + 1
+        groups = [(int(range_ids[g[0]]), g) for g in np.split(order, cuts) if len(g)]
+    rows = {f.name: [] for f in PACKED_ROWS}
+    for r, sel in groups:
+        rows["range"].append(r)
+        rows["is_entry"].append(is_entry)
+        for name, dt in _PACKED_TYPES.items():
+            rows[name].append(columns[name][sel].astype(dt, copy=False).tobytes() if name in columns else None)
+    return pa.RecordBatch.from_pydict(rows, schema=PACKED_ROWS)
+
+
+def _unpack(table: pa.Table, name: str) -> np.ndarray:
+    blobs = table.column(name).to_pylist()
+    return np.concatenate([np.frombuffer(b, _PACKED_TYPES[name]) for b in blobs]) if blobs else \
+        np.zeros(0, _PACKED_TYPES[name])
+
+
+def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int
+               ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over group numbers: each chunk of the group, ``ITEM_BATCH`` items at a time, as
+    :data:`PACKED_ROWS`. Read with ``pread`` rather than through a mapping, so a task's RSS is one batch,
+    not the file."""
+    _task_setup()
+    size = L.INDEX_ITEM.itemsize
+    for ids in batches:
+        for ch in (ch for g in ids.column("id").to_pylist() for ch in groups[g]):
+            items_at = L.items_offset(ch.ref.hash_slot_num)
+            fd = os.open(ch.ref.path, os.O_RDONLY)
+            try:
+                for a in range(ch.lo, ch.hi, ITEM_BATCH):
+                    raw = os.pread(fd, min(ITEM_BATCH, ch.hi - a) * size, items_at + a * size)
+                    items = np.frombuffer(raw, L.INDEX_ITEM, len(raw) // size)
+                    phy = items["phy_offset"].astype(np.int64)
+                    yield _pack(np.floor_divide(phy, split_bytes), False, {
+                        "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
+                        "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
+            finally:
+                os.close(fd)
+
+
+def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int, hi: int
+                 ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` over the source's ``shuffle`` rows (entries already packed per decoded batch): the
+    entries of messages in ``[lo, hi]`` as :data:`PACKED_ROWS`."""
+    from rocketidx.spark.source import iter_bundles
+    _task_setup()
+    for batch in batches:
+        for bundle in iter_bundles(batch):
+            phy, kh, ts = bundle.entries()
+            keep = (phy >= lo) & (phy <= hi)
+            if not keep.all():
+                phy, kh, ts = phy[keep], kh[keep], ts[keep]
+            if len(phy):
+                yield _pack(np.floor_divide(phy, split_bytes), True, {"phy": phy, "kh": kh, "ts": ts})
+
+
+def _problems(file, kind: str, offset, a=None, b=None, n=None) -> pa.RecordBatch:
+    m = len(offset)
+    zeros = np.zeros(m, np.int64)
+    return pa.RecordBatch.from_arrays([
+        pa.array(np.full(m, file, np.int32) if np.isscalar(file) else np.asarray(file, np.int32)),
+        pa.array([kind] * m, pa.string()), pa.array(np.asarray(offset, np.int64)),
+        pa.array(zeros if a is None else np.asarray(a, np.int64)),
+        pa.array(zeros if b is None else np.asarray(b, np.int64)),
+        pa.array(np.ones(m, np.int64) if n is None else np.asarray(n, np.int64))], schema=PROBLEM_ROWS)
+
+
+def _counts_at(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """How often each of ``keys`` occurs, from ``unique_counts`` output (0 for keys not in it)."""
+    values, counts = counted
+    if not len(values):
+        return np.zeros(len(keys), np.int64)
+    pos = np.minimum(np.searchsorted(values, keys), len(values) - 1)
+    return np.where(values[pos] == keys, counts[pos], 0)
+
+
+def check_range(table: pa.Table, params: ContentParams) -> list[pa.RecordBatch]:
+    """The content checks of one range of CommitLog offsets: its entries (rows with ``is_entry``) and
+    the items pointing into it, the core's ``verify_index`` restricted to these offsets."""
+    is_entry = table.column("is_entry").to_numpy(zero_copy_only=False)
+    ent, it = table.filter(pa.array(is_entry)), table.filter(pa.array(~is_entry))
+    e_phy, e_kh, e_ts = (_unpack(ent, c).astype(np.int64, copy=False) for c in ("phy", "kh", "ts"))
+    i_file, i_item, i_phy, i_kh, i_td = (_unpack(it, c).astype(np.int64, copy=False)
+                                         for c in ("file", "item", "phy", "kh", "td"))
+    i_off = np.asarray(params.items_at, np.int64)[i_file] + L.INDEX_ITEM.itemsize * i_item
+    out = [_problems(-1, EXPECTED, [0], n=[len(e_phy)])]
+    # Each message's store time (all its entries share it).
+    order = np.argsort(e_phy, kind="stable")
+    sorted_phy = e_phy[order]
+    first = np.flatnonzero(np.concatenate(([True], sorted_phy[1:] != sorted_phy[:-1]))) if len(e_phy) else order
+    u_phy, u_ts = sorted_phy[first], e_ts[order][first]
+    pos = np.minimum(np.searchsorted(u_phy, i_phy), max(len(u_phy) - 1, 0))
+    has = u_phy[pos] == i_phy if len(u_phy) else np.zeros(len(i_phy), bool)
+    c = ~has  # a message that makes no entry, or no message at all: the messages pass decides
+    if c.any():
+        out.append(_problems(i_file[c], CANDIDATE, i_off[c], i_phy[c], i_kh[c]))
+    h = np.flatnonzero(has)
+    ts = u_ts[pos[h]]
+    for fi in unique_sorted(i_file[h]).tolist():
+        s = np.flatnonzero(i_file[h] == fi)
+        exp_td = time_diffs(ts[s], params.begin_timestamps[fi])
+        # A rolled file's first diff is measured from the previous file's end: not checked.
+        wrong = (i_item[h[s]] != L.FIRST_INDEX) & (exp_td != i_td[h[s]])
+        if wrong.any():
+            at = h[s[wrong]]
+            out.append(_problems(fi, "time-diff", i_off[at] + _TIME_DIFF_AT, i_td[at], exp_td[wrong]))
+        if params.window_ms and params.window_ids is not None:
+            at = h[s[np.floor_divide(ts[s], params.window_ms) != params.window_ids[fi]]]
+            if len(at):
+                out.append(_problems(fi, "window", i_off[at]))
+    # Coverage: (message rank, keyHash) multisets; a damaged negative keyHash keeps its 32 bits, so it
+    # matches no entry and stays apart from every other key.
+    want = unique_counts((np.searchsorted(u_phy, e_phy) << 32) | e_kh)
+    item_keys = (pos[h] << 32) | (i_kh[h] & _LOW32)
+    got = unique_counts(item_keys)
+    keys = unique_sorted(np.concatenate((got[0], want[0])))
+    g, w = _counts_at(got, keys), _counts_at(want, keys)
+    extra = h[member_of(item_keys, keys[g > w])]
+    if len(extra):
+        out.append(_problems(i_file[extra], "extra", i_off[extra], i_phy[extra], i_kh[extra]))
+    missing = w > g
+    if params.open_end:
+        missing &= u_phy[keys >> 32] != params.hi
+    if params.open_start:
+        missing &= u_phy[keys >> 32] != params.lo
+    if missing.any():
+        m_phy = u_phy[keys[missing] >> 32]
+        starts = np.asarray(params.first_offsets, np.int64)
+        # To the file whose offset range holds it, else the nearest before: the core's very searchsorted.
+        fi = np.clip(np.searchsorted(starts, m_phy, side="right") - 1, 0, len(starts) - 1)
+        out.append(_problems(fi, "missing", np.zeros(len(m_phy), np.int64), m_phy, keys[missing] & _LOW32,
+                             (w - g)[missing]))
+    return out
+
+
+def _range_task(params: ContentParams):
+    """:func:`check_range` for ``applyInArrow``, which tells its forms apart by type hints."""
+    def apply(table: pa.Table) -> pa.Table:
+        _task_setup()
+        return pa.Table.from_batches(check_range(table, params), PROBLEM_ROWS)
+    return apply
+
+
+# --- the driver -----------------------------------------------------------------------------------
+
+def _as_index_file(f, hash_slot_num: int | None, index_num: int | None) -> IndexFile:
+    if isinstance(f, IndexFile):
+        return f
+    return IndexFile(f, hash_slot_num or L.DEFAULT_HASH_SLOT_NUM, index_num or L.DEFAULT_INDEX_NUM, check=False)
+
+
+def _add_listed(report: VerifyReport, file: str, kind: str, total: int, listed: list[tuple[int, str]],
+                next_offset: int) -> None:
+    """``report.add`` for a group whose offsets stayed in Spark: ``total`` problems, ``listed`` the first
+    ``MAX_LISTED_PER_KIND`` (offset, detail), ``next_offset`` the one after them."""
+    if total <= 0:
+        return
+    report.counts[kind] += total
+    report.problems.extend(Problem(file, off, kind, d) for off, d in listed[:MAX_LISTED_PER_KIND])
+    if total > MAX_LISTED_PER_KIND:
+        report.problems.append(Problem(file, next_offset, kind, f"... and {total - MAX_LISTED_PER_KIND} more"))
+
+
+def _details(kind: str, rows: list, window_id: int | None) -> list[tuple[int, str]]:
+    """(offset, detail) of a group's first rows, worded as the core words them."""
+    if kind == "not-a-message":
+        return [(r["offset"], f"phyOffset {r['a']} is not the start of a valid message") for r in rows]
+    if kind == "time-diff":
+        return [(r["offset"], f"time diff {r['a']} but the message's store time gives {r['b']}") for r in rows]
+    if kind == "window":
+        return [(r["offset"], f"entry's store time is outside the file's window {window_id}") for r in rows]
+    if kind == "extra":
+        return [(r["offset"], f"no index key of the message at {r['a']} hashes to {r['b']}") for r in rows]
+    listed = []  # missing: a row per (phyOffset, keyHash) standing for n entries, each listed
+    for r in rows:
+        take = min(r["n"], MAX_LISTED_PER_KIND - len(listed))
+        listed += [(0, f"entry (phyOffset {r['a']}, keyHash {r['b']}) the CommitLog implies is not indexed")] * take
+    return listed
+
+
+def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog: str | os.PathLike | None = None,
+                       *, spark=None, window_ms: int | None = None, window_ids: Sequence[int] | None = None,
+                       check_crc: bool = True, open_end: bool = False, open_start: bool = False,
+                       split_bytes: int = DEFAULT_SPLIT_BYTES, items_per_task: int = DEFAULT_ITEMS_PER_TASK,
+                       hash_slot_num: int | None = None, index_num: int | None = None) -> VerifyReport:
+    """:func:`rocketidx.verify.verify_index` on Spark: the same report, with bounded memory per task.
+
+    ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
+    files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``,
+    default the broker's). Every executor must see the files and the CommitLog at these paths.
+    ``commitlog``, ``window_ms``, ``window_ids``, ``check_crc``, ``open_end``, ``open_start``: as in
+    ``verify_index``. ``spark``: the session (default :func:`rocketidx.spark.get_session`);
+    ``split_bytes``: CommitLog bytes per read task and per content group; ``items_per_task``: items
+    per index read task. A task's typed error (a file that changed size, say) is raised again here.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    if spark is None:
+        from rocketidx.spark.session import get_session
+        spark = get_session()
+    files = [_as_index_file(f, hash_slot_num, index_num) for f in files]
+    refs = [FileRef(f.path, f.hash_slot_num, f.index_num) for f in files]
+    report = VerifyReport()
+    if not files:
+        return report
+    cores = spark.sparkContext.defaultParallelism
+    sizes = [max(1, f.header.index_count) for f in files]
+    file_groups = pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))
+    with typed_task_errors():
+        rows = (spark.range(0, len(file_groups), 1, len(file_groups))
+                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), _spark_schema(STRUCTURE_ROWS))
+                .collect())
+    by_file = {r["file"]: r for r in rows}
+    for i, f in enumerate(files):
+        h, row = f.header, by_file[i]
+        summary = FileSummary(f.name, max(0, h.index_count - 1), h.begin_timestamp, h.end_timestamp,
+                              h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count)
+        report.problems.extend(Problem(f.path, p["offset"], p["kind"], p["detail"]) for p in row["problems"])
+        for c in row["counts"]:
+            report.counts[c["kind"]] += c["n"]
+        summary.problems = sum(c["n"] for c in row["counts"])
+        report.files.append(summary)
+        report.entries_checked += max(0, row["items"])
+    nonempty = [by_file[i] for i in range(len(files)) if by_file[i]["items"] > 0]
+    if commitlog is None or not nonempty:
+        return report
+    lo = min(r["min_phy_offset"] for r in nonempty)
+    hi = max(r["max_phy_offset"] for r in nonempty)
+    report.covered_range = (lo, hi)
+
+    register(spark)
+    opts = SourceOptions(path=str(commitlog), output="shuffle", from_offset=lo, to_offset=hi + 1,
+                         check_crc=check_crc, split_bytes=split_bytes, window_ms=0)
+    with typed_task_errors():
+        resolved = resolve_split_stops(spark, opts)
+    opts = replace(opts, skip_offsets=tuple(sorted(set(resolved.skip_intervals))),
+                   whole_segments=resolved_whole(opts, resolved))
+    read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
+    entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
+        partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), _spark_schema(PACKED_ROWS))
+    chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
+              for i, r in sorted(by_file.items()) if r["items"] > 0
+              for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
+    sizes = [ch.hi - ch.lo for ch in chunks]
+    chunk_groups = [[chunks[i] for i in g]
+                    for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
+    items = (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
+             .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes),
+                         _spark_schema(PACKED_ROWS)))
+    params = ContentParams(
+        tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
+        tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
+        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end)
+    ranges = max(1, hi // split_bytes - lo // split_bytes + 1)
+    partitions = min(ranges, max(cores, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    cached = []
+    try:
+        found = (entries.unionByName(items).repartition(partitions, "range")
+                 .groupBy("range").applyInArrow(_range_task(params), _spark_schema(PROBLEM_ROWS))
+                 .persist(StorageLevel.MEMORY_AND_DISK))
+        cached.append(found)
+        with typed_task_errors():
+            totals = {(r["file"], r["kind"]): r["n"] for r in found.groupBy("file", "kind").agg(
+                F.sum("n").alias("n")).collect()}
+        report.expected_entries = int(totals.pop((-1, EXPECTED), 0))
+        if any(kind == CANDIDATE for _, kind in totals):
+            messages = read("messages").select(F.col("phy_offset").alias("phy")).where(
+                F.col("phy").between(lo, hi)).distinct().withColumn("is_msg", F.lit(True))
+            decided = (found.where(F.col("kind") == CANDIDATE).withColumnRenamed("a", "phy")
+                       .join(messages, "phy", "left")
+                       .select("file", F.when(F.col("is_msg"), "extra").otherwise("not-a-message").alias("kind"),
+                               "offset", F.col("phy").alias("a"), "b", "n"))
+            found = found.where(~F.col("kind").isin(CANDIDATE, EXPECTED)).unionByName(decided).persist(
+                StorageLevel.MEMORY_AND_DISK)
+            cached.append(found)
+            with typed_task_errors():
+                totals = {(r["file"], r["kind"]): r["n"] for r in found.groupBy("file", "kind").agg(
+                    F.sum("n").alias("n")).collect()}
+        order = Window.partitionBy("file", "kind").orderBy("offset", "a", "b")
+        with typed_task_errors():
+            firsts = (found.where(F.col("kind") != EXPECTED).withColumn("rank", F.row_number().over(order))
+                      .where(F.col("rank") <= MAX_LISTED_PER_KIND + 1).collect()) if totals else []
+    finally:
+        for df in cached:
+            df.unpersist()
+    groups: dict[tuple[int, str], list] = {}
+    for r in sorted(firsts, key=lambda r: r["rank"]):
+        groups.setdefault((r["file"], r["kind"]), []).append(r.asDict())
+    # The core's order: per file not-a-message, time-diff, window; then extra, then missing, per file.
+    order_of = [(i, k) for i in range(len(files)) for k in ("not-a-message", "time-diff", "window")]
+    order_of += [(i, "extra") for i in range(len(files))] + [(i, "missing") for i in range(len(files))]
+    for i, kind in order_of:
+        listed_rows = groups.get((i, kind), [])
+        listed = _details(kind, listed_rows, window_ids[i] if window_ids is not None else None)
+        next_offset = (listed_rows[MAX_LISTED_PER_KIND]["offset"]
+                       if kind != "missing" and len(listed_rows) > MAX_LISTED_PER_KIND else 0)
+        _add_listed(report, files[i].path, kind, int(totals.get((i, kind), 0)), listed, next_offset)
+    return report
