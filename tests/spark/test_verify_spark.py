@@ -143,12 +143,7 @@ def test_header_offsets(spark, damaged):
 
 def test_unreachable_item(spark, damaged):
     d, files, poke = damaged
-    raw = files[7].read_bytes()
-    for s in range(SLOTS):
-        head = struct.unpack_from(">i", raw, 40 + 4 * s)[0]
-        if head and struct.unpack_from(">i", raw, item_at(head, 16))[0] == 0:
-            break
-    path = poke(7, 40 + 4 * s, ">i", 0)
+    path, head = core_cases.orphan_a_chain_head(files, poke)
     k = kinds_at(verify_both(spark, d, G3 / "commitlog"), path)
     assert k["unreachable"] == [item_at(head)] and "header" in k
 

@@ -149,15 +149,20 @@ def test_header_offsets_and_item_order(damaged):
     assert kinds_at(run_verify(d), path) == {"header": [16]}
 
 
-def test_unreachable_item(damaged):
-    d, files, poke = damaged
-    # Find an item that is some slot's head and whose own prev is 0, then empty the slot.
-    raw = files[7].read_bytes()
+def orphan_a_chain_head(files, poke, i: int = 7) -> tuple[Path, int]:
+    """Empty the slot of an item that heads its chain alone (its prev is 0): that item becomes
+    unreachable. Returns (the file, the item's index)."""
+    raw = files[i].read_bytes()
     for s in range(SLOTS):
         head = struct.unpack_from(">i", raw, 40 + 4 * s)[0]
         if head and struct.unpack_from(">i", raw, item_at(head, 16))[0] == 0:
-            break
-    path = poke(7, 40 + 4 * s, ">i", 0)
+            return poke(i, 40 + 4 * s, ">i", 0), head
+    raise AssertionError("no single-item chain in the file")
+
+
+def test_unreachable_item(damaged):
+    d, files, poke = damaged
+    path, head = orphan_a_chain_head(files, poke)
     k = kinds_at(run_verify(d), path)
     assert k["unreachable"] == [item_at(head)]
     assert "header" in k  # hashSlotCount no longer matches the used slots
