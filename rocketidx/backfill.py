@@ -37,7 +37,7 @@ import numpy as np
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
-from rocketidx.indexfile import IndexFile
+from rocketidx.indexfile import IndexFile, infer_sizes
 from rocketidx.segments import list_segments
 from rocketidx.verify import VerifyReport, verify_index
 
@@ -161,26 +161,14 @@ class Plan:
 
 
 def _default_sizes(index_dir: Path, hash_slot_num: int | None, index_num: int | None) -> tuple[int, int]:
-    """The sizes the broker used: the flags, else read off the existing files, else the broker defaults.
-
-    A file's size is ``40 + 4*slots + 20*indexNum``, one equation for two unknowns; a full file (its
-    indexCount is indexNum, as every file but the newest of a broker's sequence is) pins indexNum and so
-    slots. Given one flag, the size gives the other. Whatever the source, every file must fit.
-    """
+    """The sizes the broker used: the flags, else what the existing files tell
+    (:func:`rocketidx.indexfile.infer_sizes`), else the broker defaults; whatever the source, every file
+    must fit."""
     files = sorted((e for e in os.scandir(index_dir) if e.is_file()), key=lambda e: e.name) \
         if index_dir.is_dir() else []
-    sizes = {e.stat().st_size for e in files}
-    hs, n = hash_slot_num, index_num
-    if len(sizes) == 1 and (hs is None or n is None):
-        size = next(iter(sizes))
-        if hs is None and n is not None and (size - L.INDEX_HEADER.itemsize - 20 * n) % 4 == 0:
-            hs = (size - L.INDEX_HEADER.itemsize - 20 * n) // 4
-        elif n is None and hs is not None and (size - L.INDEX_HEADER.itemsize - 4 * hs) % 20 == 0:
-            n = (size - L.INDEX_HEADER.itemsize - 4 * hs) // 20
-        elif hs is None and n is None and size != L.index_file_size(L.DEFAULT_HASH_SLOT_NUM, L.DEFAULT_INDEX_NUM):
-            hs, n = _sizes_from_full_file(files, size) or (None, None)
-    hs = hs if hs and hs > 0 else (hash_slot_num or L.DEFAULT_HASH_SLOT_NUM)
-    n = n if n and n > 0 else (index_num or L.DEFAULT_INDEX_NUM)
+    hs, n = infer_sizes([e.path for e in files], hash_slot_num, index_num)
+    hs = hs or L.DEFAULT_HASH_SLOT_NUM
+    n = n or L.DEFAULT_INDEX_NUM
     size = L.index_file_size(hs, n)
     for e in files:
         if e.stat().st_size != size:
@@ -188,27 +176,6 @@ def _default_sizes(index_dir: Path, hash_slot_num: int | None, index_num: int | 
                                            f"index num {n:,} ({size} bytes); pass the broker's maxHashSlotNum "
                                            f"and maxIndexNum as --hash-slots and --index-num")
     return hs, n
-
-
-def _sizes_from_full_file(files, size: int) -> tuple[int, int] | None:
-    """(slots, indexNum) from the first full file, if any.
-
-    Items past indexCount are zero, so a file whose last 20 bytes hold an item is full: its indexCount
-    is indexNum. A partly filled file ends in zeros and says nothing.
-    """
-    item = L.INDEX_ITEM.itemsize
-    for e in files:
-        with open(e.path, "rb") as f:
-            raw = f.read(L.INDEX_HEADER.itemsize)
-            f.seek(size - item)
-            last = f.read(item)
-        if len(raw) < L.INDEX_HEADER.itemsize or not any(last):
-            continue
-        count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
-        rest = size - L.INDEX_HEADER.itemsize - item * count
-        if count > 1 and rest > 0 and rest % L.SLOT.itemsize == 0:
-            return rest // L.SLOT.itemsize, count
-    return None
 
 
 def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,

@@ -344,6 +344,40 @@ class IndexFile:
             i = prev
 
 
+def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None, index_num: int | None = None
+                ) -> tuple[int | None, int | None]:
+    """(hashSlotNum, indexNum) of a bare directory's files, as far as the files tell; given values win.
+
+    A file's size is ``40 + 4*slots + 20*indexNum``: one equation, two unknowns. With one of them given,
+    the size gives the other. Else a full file pins indexNum: items past indexCount are zero, so a file
+    whose last 20 bytes hold an item is full and its indexCount is indexNum (every file but the newest
+    of a broker's sequence is full). Files of different sizes, or no full file, tell nothing; the
+    caller falls back to the broker defaults and checks that they fit.
+    """
+    hs, n = hash_slot_num, index_num
+    sizes = {os.path.getsize(p) for p in paths}
+    if len(sizes) != 1 or (hs is not None and n is not None):
+        return hs, n
+    size = sizes.pop()
+    rest = size - L.INDEX_HEADER.itemsize
+    slot, item = L.SLOT.itemsize, L.INDEX_ITEM.itemsize
+    if n is not None:
+        return ((rest - item * n) // slot if rest > item * n and (rest - item * n) % slot == 0 else None), n
+    if hs is not None:
+        return hs, ((rest - slot * hs) // item if rest > slot * hs and (rest - slot * hs) % item == 0 else None)
+    for p in paths:
+        with open(p, "rb") as f:
+            raw = f.read(L.INDEX_HEADER.itemsize)
+            f.seek(size - item)
+            last = f.read(item)
+        if len(raw) < L.INDEX_HEADER.itemsize or not any(last):
+            continue
+        count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
+        if count > 1 and rest > item * count and (rest - item * count) % slot == 0:
+            return (rest - item * count) // slot, count
+    return None, None
+
+
 def query_offsets(files: list[IndexFile], topic: str, key: str, begin: int = 0, end: int = 2**63 - 1,
                   max_num: int = L.DEFAULT_MAX_MSGS_NUM_BATCH,
                   max_msgs_num_batch: int = L.DEFAULT_MAX_MSGS_NUM_BATCH) -> list[int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rocketidx import layout as L
 from rocketidx.errors import StoreLayoutError
-from rocketidx.indexfile import IndexFile, query_offsets
+from rocketidx.indexfile import IndexFile, infer_sizes, query_offsets
 from rocketidx.output import INDEX_DIR, read_manifest
 
 
@@ -19,7 +19,8 @@ def open_index(path: str | os.PathLike, hash_slot_num: int | None = None, index_
                ) -> list[IndexFile]:
     """The index files under ``path``, oldest first (manifest order, else name order, as the broker loads).
 
-    Sizes come from the arguments, else the manifest, else the broker defaults.
+    Sizes come from the arguments, else the manifest, else what a bare directory's files tell
+    (:func:`rocketidx.indexfile.infer_sizes`), else the broker defaults.
     """
     p = Path(path)
     if not p.is_dir():
@@ -37,6 +38,7 @@ def open_index(path: str | os.PathLike, hash_slot_num: int | None = None, index_
     else:
         directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
         names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
+        hash_slot_num, index_num = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
     hash_slot_num = hash_slot_num or L.DEFAULT_HASH_SLOT_NUM
     index_num = index_num or L.DEFAULT_INDEX_NUM
     return [IndexFile(directory / n, hash_slot_num, index_num) for n in names]

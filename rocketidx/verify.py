@@ -25,7 +25,7 @@ import numpy as np
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import CorruptIndexError
-from rocketidx.indexfile import IndexFile, time_diffs
+from rocketidx.indexfile import IndexFile, infer_sizes, time_diffs
 
 MAX_LISTED_PER_KIND = 20  # per file and kind; the counts are always complete
 
@@ -438,6 +438,7 @@ def open_for_verify(index_dir, hash_slot_num: int | None, index_num: int | None,
     else:
         directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
         names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
+        hash_slot_num, index_num = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
     hash_slot_num = hash_slot_num or L.DEFAULT_HASH_SLOT_NUM
     index_num = index_num or L.DEFAULT_INDEX_NUM
     files = []

@@ -107,3 +107,13 @@ def test_offset_without_a_message_reads_as_none(store):
 def test_show_without_a_commitlog_is_a_usage_error(tmp_path, capsys):
     assert main(["query", "--index", str(tmp_path), "--topic", "T", "--key", "k", "--show"]) == 2
     assert "--show" in capsys.readouterr().err
+
+
+def test_a_bare_broker_index_is_opened_with_the_sizes_its_files_tell(tmp_path):
+    """No manifest and no flags: a full file gives indexNum, the file size the slots; verify agrees."""
+    from brokerstore import ITEMS, SLOTS, broker_store
+    from rocketidx.query import open_index
+    store, files = broker_store(tmp_path, 6000)
+    opened = open_index(store / "index")
+    assert [(f.hash_slot_num, f.index_num) for f in opened] == [(SLOTS, ITEMS)] * len(files)
+    assert main(["verify", "--index", str(store / "index"), "--commitlog", str(store)]) == 0
