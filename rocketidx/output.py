@@ -55,6 +55,7 @@ INDEX_DIR = "index"
 LOCK = ".lock"
 VERSION_PREFIX = ".v-"
 CURRENT = "current"
+MOVE_THREADS = 8  # concurrent moves at a remote commit
 CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
 MANIFEST_VERSION = 1
 
@@ -354,21 +355,27 @@ class RemoteOutput:
         self.fs.move(tmp, self.path(CURRENT_FILE))
 
     def commit(self, staging: RemoteStaging, files: list[FileInfo], manifest: dict, tz,
-               name_after: str | None = None) -> dict:
+               name_after: str | None = None, sources: dict[str, str] | None = None) -> dict:
         """Name the staged files, write the manifest, then point ``OUT/CURRENT`` at the new version.
 
-        As :func:`commit`: ``files`` are the staged files in ``staging/index`` (any order); returns the manifest.
+        As :func:`commit`: ``files`` are the staged files in ``staging/index`` (any order), or wherever
+        ``sources`` (staged name -> path on the filesystem) says; returns the manifest. Each file is moved
+        once, straight to its final name, several at a time: on an object store a move is a server-side
+        copy of the whole file, which a driver issuing one at a time would wait on for minutes.
         """
+        from concurrent.futures import ThreadPoolExecutor
         files = order_files(files)
         names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
         index = f"{staging.path}/{INDEX_DIR}"
-        rows = []
+        moves = []
         for f, name in zip(files, names):
-            src = f"{index}/{f.name}"
+            src = (sources or {}).get(f.name, f"{index}/{f.name}")
             if not self.exists(src):
-                raise FileNotFoundError(f"staged index file missing: {join_uri(staging.uri, INDEX_DIR, f.name)}")
-            self.move(src, f"{index}/{name}")
-            rows.append(_manifest_row(f, name))
+                raise FileNotFoundError(f"staged index file missing: {src}")
+            moves.append((src, f"{index}/{name}"))
+        with ThreadPoolExecutor(MOVE_THREADS) as pool:
+            list(pool.map(lambda m: self.move(*m), moves))  # list(): a failed move raises here
+        rows = [_manifest_row(f, name) for f, name in zip(files, names)]
         manifest = dict(manifest, files=rows)
         self._put(f"{staging.path}/{MANIFEST}", (json.dumps(manifest, indent=2) + "\n").encode())
         previous = self.current_version()

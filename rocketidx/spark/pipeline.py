@@ -36,7 +36,7 @@ from pathlib import Path
 from rocketidx.build import BuildSummary, manifest_header
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
-from rocketidx.output import (INDEX_DIR, RemoteOutput, RemoteStaging, commit, join_uri, new_staging,
+from rocketidx.output import (RemoteOutput, RemoteStaging, commit, join_uri, new_staging,
                               output_lock)
 from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, RangeInfo, ResolvedStops, SourceOptions,
                                     is_uri, list_store_segments, plan_partitions, register, resolve_stops,
@@ -158,7 +158,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                             resolved.stop["phy_offset"], resolved.stop["reason"])
             t_commit = time.monotonic()
             files, windows, skipped = validate(rows, resolved, config)
-            stage_files(staging, rows, files, remote)
+            sources = stage_files(staging, rows, files, remote)
             summary.bytes_read = resolved.bytes_read
             summary.messages = resolved.messages
             summary.messages_indexed = resolved.indexed
@@ -178,7 +178,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             if filters:  # only then: an unfiltered build's manifest equals the in-process one
                 manifest["filters"] = filters
             if remote:
-                manifest = remote.commit(staging, files, manifest, config.tzinfo, name_after=name_after)
+                manifest = remote.commit(staging, files, manifest, config.tzinfo, name_after=name_after,
+                                         sources=sources)
+                _remove_tasks(staging, remote)  # what failed or speculative attempts left
             else:
                 manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
             t_commit = time.monotonic() - t_commit
@@ -315,14 +317,15 @@ def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
     return files, len(by_window), skipped
 
 
-def stage_files(staging: Path | RemoteStaging, rows: list[dict], files, remote: RemoteOutput | None = None) -> None:
+def stage_files(staging: Path | RemoteStaging, rows: list[dict], files, remote: RemoteOutput | None = None
+                ) -> dict[str, str] | None:
     """Move each validated file from its task directory to ``staging/index/<staging name>``; drop the
-    rest of ``_tasks`` (files of failed or speculative attempts that lost). With ``remote``, through
-    its filesystem (a rename on HDFS, a server-side copy on an object store)."""
+    rest of ``_tasks`` (files of failed or speculative attempts that lost). With ``remote``, only check
+    each file's size and return where it is (staged name -> path): the commit moves it once, straight
+    to its final name, since a move on an object store copies the whole file."""
     task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
     if remote:
-        _stage_remote(staging, task_of, files, remote)
-        return
+        return _check_remote(staging, task_of, files, remote)
     for f in files:
         task_dir, size = task_of[(f.window_id, f.seq)]
         src = staging / task_dir / f.name
@@ -332,10 +335,12 @@ def stage_files(staging: Path | RemoteStaging, rows: list[dict], files, remote: 
             raise RocketIdxError(f"{src}: {src.stat().st_size} bytes, expected {size}")
         os.rename(src, staging / "index" / f.name)
     shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
+    return None
 
 
-def _stage_remote(staging: RemoteStaging, task_of: dict, files, remote: RemoteOutput) -> None:
+def _check_remote(staging: RemoteStaging, task_of: dict, files, remote: RemoteOutput) -> dict[str, str]:
     from pyarrow.fs import FileType
+    sources = {}
     for f in files:
         task_dir, size = task_of[(f.window_id, f.seq)]
         src = f"{staging.path}/{task_dir}/{f.name}"
@@ -344,8 +349,8 @@ def _stage_remote(staging: RemoteStaging, task_of: dict, files, remote: RemoteOu
             raise FileNotFoundError(f"staged index file missing: {join_uri(staging.uri, task_dir, f.name)}")
         if info.size != size:
             raise RocketIdxError(f"{join_uri(staging.uri, task_dir, f.name)}: {info.size} bytes, expected {size}")
-        remote.move(src, f"{staging.path}/{INDEX_DIR}/{f.name}")
-    _remove_tasks(staging, remote)
+        sources[f.name] = src
+    return sources
 
 
 def _remove_tasks(staging: Path | RemoteStaging, remote: RemoteOutput | None) -> None:

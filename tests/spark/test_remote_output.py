@@ -243,6 +243,27 @@ def test_a_local_build_refuses_a_directory_with_the_remote_layout(tmp_path):
     assert remote.current_version() == staging.name and listing(remote, staging.name, INDEX_DIR)
 
 
+def test_commit_moves_each_file_once_from_where_the_tasks_left_it(remote, monkeypatch):
+    """On an object store a move copies the whole file: task directory -> final name, once each."""
+    moved = []
+    real_move = RemoteOutput.move
+    monkeypatch.setattr(RemoteOutput, "move", lambda self, a, b: (moved.append((a, b)), real_move(self, a, b)))
+    with remote.lock(settle_s=0):
+        staging = remote.new_staging()
+        task_dir = f"{staging.path}/_tasks/p00000-t1-abc"
+        remote.fs.create_dir(task_dir, recursive=True)
+
+        def write(name, data):
+            with remote.fs.open_output_stream(f"{task_dir}/{name}") as f:
+                f.write(data)
+        files = staged_files(write, "b1")
+        sources = {f.name: f"{task_dir}/{f.name}" for f in files}
+        manifest = remote.commit(staging, files, {}, UTC, sources=sources)
+    assert sorted(a for a, _ in moved) == sorted(sources.values())
+    assert sorted(b.rsplit("/", 1)[1] for _, b in moved) == sorted(f["name"] for f in manifest["files"])
+    assert listing(remote, staging.name, INDEX_DIR) == sorted(f["name"] for f in manifest["files"])
+    assert listing(remote, staging.name, "_tasks", "p00000-t1-abc") == []
+
 def test_join_uri_keeps_the_query_at_the_end():
     assert join_uri("s3://bucket/out/?region=eu-west-1", ".v-1", "index") == "s3://bucket/out/.v-1/index?region=eu-west-1"
     assert join_uri("file:///tmp/out", CURRENT_FILE) == "file:///tmp/out/CURRENT"
