@@ -361,6 +361,8 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
     size = sizes.pop()
     rest = size - L.INDEX_HEADER.itemsize
     slot, item = L.SLOT.itemsize, L.INDEX_ITEM.itemsize
+    if rest < slot + 2 * item:  # not even a header, a slot, item 0 and one item: says nothing
+        return hs, n
     if n is not None:
         return ((rest - item * n) // slot if rest > item * n and (rest - item * n) % slot == 0 else None), n
     if hs is not None:
@@ -370,7 +372,7 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
             raw = f.read(L.INDEX_HEADER.itemsize)
             f.seek(size - item)
             last = f.read(item)
-        if len(raw) < L.INDEX_HEADER.itemsize or not any(last):
+        if not any(last):
             continue
         count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
         if count > 1 and rest > item * count and (rest - item * count) % slot == 0:

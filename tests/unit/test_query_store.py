@@ -117,3 +117,16 @@ def test_a_bare_broker_index_is_opened_with_the_sizes_its_files_tell(tmp_path):
     opened = open_index(store / "index")
     assert [(f.hash_slot_num, f.index_num) for f in opened] == [(SLOTS, ITEMS)] * len(files)
     assert main(["verify", "--index", str(store / "index"), "--commitlog", str(store)]) == 0
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage", bytes(1000)], ids=["empty", "short", "zeros"])
+def test_a_bare_directory_of_junk_is_a_clear_size_error(tmp_path, content, capsys):
+    """Files that tell no sizes fall back to the broker defaults, which they do not fit: a typed error
+    naming the file, exit code 2, no traceback."""
+    from rocketidx.errors import CorruptIndexError
+    from rocketidx.query import open_index
+    (tmp_path / "20240101000000000").write_bytes(content)
+    with pytest.raises(CorruptIndexError, match="20240101000000000"):
+        open_index(tmp_path)
+    assert main(["query", "--index", str(tmp_path), "--topic", "T", "--key", "k"]) == 2
+    assert "20240101000000000" in capsys.readouterr().err
