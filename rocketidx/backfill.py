@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx.arrays import unique_sorted
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import IndexFile, infer_sizes
@@ -232,15 +233,14 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
 
 def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
     """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
+    from rocketidx.entries import drop_first_entries
     from rocketidx.messages import CommitLogReader
     segs = list_segments(store / "commitlog", from_offset=plan.rebuild_from)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=plan.rebuild_from)
     count = 0
     for seg, buf, recs, entries in reader.entry_chunks():
-        phy = entries.column("phy_offset").to_numpy()
-        seq = entries.column("entry_seq").to_numpy()
-        new = ~((phy == plan.rebuild_from) & (seq < plan.skip_entries))
-        count += len(np.unique(phy[new]))
+        phy = drop_first_entries(entries, plan.rebuild_from, plan.skip_entries).column("phy_offset").to_numpy()
+        count += len(unique_sorted(phy))
     plan.messages_in_range = count
     plan.rebuild_to = reader.stop.phy_offset if reader.stop else plan.rebuild_from
 

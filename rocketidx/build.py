@@ -17,12 +17,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError
-from rocketidx.entries import rollback_count
+from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.messages import CommitLogReader
 from rocketidx.output import MANIFEST_VERSION, commit, is_uri, new_staging, output_lock
@@ -123,12 +122,7 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
             for seg, buf, recs, entries in reader.entry_chunks():
                 summary.messages += len(recs)
                 summary.rollback_skipped += rollback_count(recs)
-                if skip_entries and start_offset is not None:
-                    seq = entries.column("entry_seq").to_numpy()
-                    phy0 = entries.column("phy_offset").to_numpy()
-                    keep = ~((phy0 == start_offset) & (seq < skip_entries))
-                    if not keep.all():
-                        entries = entries.filter(pa.array(keep))
+                entries = drop_first_entries(entries, start_offset, skip_entries)
                 phy = entries.column("phy_offset").to_numpy()
                 summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
                 ts = entries.column("store_timestamp_ms").to_numpy()

@@ -153,17 +153,22 @@ def cmd_gen(a) -> int:
     return 0
 
 
+def _spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> bool:
+    """Say so on stderr if a Spark-only flag was given where Spark does not run."""
+    given = [f for f in flags if getattr(a, f) is not None]
+    if given:
+        print(f"rocketidx {command}: --{given[0].replace('_', '-')} needs {needs}", file=sys.stderr)
+    return bool(given)
+
+
 def cmd_build(a) -> int:
     from rocketidx.config import load_config
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
                       timezone=a.timezone, check_crc=False if a.no_crc else None)
-    spark_only = [f for f in ("master", "spark_conf", "split_bytes", "partitions", "from_offset", "to_offset",
-                              "from_time", "to_time") if getattr(a, f) is not None]
+    if a.in_process and _spark_flag_misused(a, "build", "the Spark build (drop --in-process)", (
+            "master", "spark_conf", "split_bytes", "partitions", "from_offset", "to_offset", "from_time", "to_time")):
+        return 2
     if a.in_process:
-        if spark_only:
-            print(f"rocketidx build: --{spark_only[0].replace('_', '-')} needs the Spark build (drop --in-process)",
-                  file=sys.stderr)
-            return 2
         from rocketidx.build import build_index
         manifest, summary = build_index(a.commitlog, a.out, cfg)
         spark_stats = None
@@ -346,9 +351,7 @@ def cmd_verify(a) -> int:
     window_ids = [f["window_id"] for f in manifest["files"]] if manifest else None
     if pre.counts:  # files that could not be opened are left out of the rest
         window_ids = None
-    spark_only = [f for f in ("master", "spark_conf", "split_bytes") if getattr(a, f) is not None]
-    if spark_only and not a.spark:
-        print(f"rocketidx verify: --{spark_only[0].replace('_', '-')} needs --spark", file=sys.stderr)
+    if not a.spark and _spark_flag_misused(a, "verify", "--spark", ("master", "spark_conf", "split_bytes")):
         return 2
     if a.spark:
         report = _verify_on_spark(a, files, windows, window_ids)
@@ -402,13 +405,11 @@ def cmd_backfill(a) -> int:
     log = (lambda *_: None) if a.json else print
     args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
                 dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
-    spark_only = [f for f in ("master", "spark_conf", "split_bytes", "partitions") if getattr(a, f) is not None]
     spark_stats = None
+    if a.in_process and _spark_flag_misused(a, "backfill", "the Spark rebuild (drop --in-process)",
+                                            ("master", "spark_conf", "split_bytes", "partitions")):
+        return 2
     if a.in_process:
-        if spark_only:
-            print(f"rocketidx backfill: --{spark_only[0].replace('_', '-')} needs the Spark rebuild (drop --in-process)",
-                  file=sys.stderr)
-            return 2
         r = run_backfill(a.store, **args)
     else:
         from rocketidx.spark.backfill import run_backfill_spark

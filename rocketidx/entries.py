@@ -132,6 +132,15 @@ def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = No
     return out.batch(buf, recs, m)
 
 
+def drop_first_entries(entries: pa.RecordBatch, phy_offset: int | None, n: int) -> pa.RecordBatch:
+    """``entries`` without the first ``n`` entries of the message at ``phy_offset``: a backfill continues
+    a file that already holds them (the broker rolled over in the middle of that message's keys)."""
+    if not n or phy_offset is None:
+        return entries
+    drop = (entries.column("phy_offset").to_numpy() == phy_offset) & (entries.column("entry_seq").to_numpy() < n)
+    return entries.filter(pa.array(~drop)) if drop.any() else entries
+
+
 def rollback_count(recs: np.ndarray) -> int:
     from rocketidx import messages as M
     return int(((recs[:, M.REC_SYSFLAG] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK).sum())

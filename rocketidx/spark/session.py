@@ -159,9 +159,6 @@ def tune_python_worker() -> None:
     gc.freeze()
 
 
-keep_zip_imports_cached = tune_python_worker  # its first name; rocketidx.spark.stats looks it up
-
-
 def build_py_files(dest_dir: str | os.PathLike) -> Path:
     """Zip the rocketidx package's Python sources for ``spark-submit --py-files`` (returns the zip).
 

@@ -597,7 +597,7 @@ def _within(info: RangeInfo, view: "_Segment") -> bool:
 def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: str):
     import numpy as np
     from rocketidx import messages as M
-    from rocketidx.entries import rollback_count
+    from rocketidx.entries import drop_first_entries, rollback_count
     from rocketidx.segments import SegmentRange
     from rocketidx.windows import assign_windows
 
@@ -635,10 +635,7 @@ def _read_view(view: _Segment, part: RangePartition, opts: SourceOptions, want: 
         if want == "messages":
             batch = M.records_to_batch(buf, seg, recs)
         elif with_entries:
-            if opts.skip_entries and int(recs[0, M.REC_POS]) + seg.base_offset == opts.from_offset:
-                seq = entries.column("entry_seq").to_numpy()
-                entries = entries.filter(pa.array(~((entries.column("phy_offset").to_numpy() == opts.from_offset)
-                                                    & (seq < opts.skip_entries))))
+            entries = drop_first_entries(entries, opts.from_offset, opts.skip_entries)
             seq = entries.column("entry_seq").to_numpy()
             phy_e = entries.column("phy_offset").to_numpy()
             # A message's entries are adjacent and share its offset (its first may have been skipped).

@@ -265,12 +265,9 @@ def plan_index_partitions(opts: IndexSourceOptions) -> list:
 # --- what the tasks run --------------------------------------------------------------------------
 
 def _worker_setup() -> None:
-    """Per-task set-up every rocketidx Spark task does (``keep_zip_imports_cached``: PySpark's worker
-    re-reads its zip archives before each task otherwise, ~0.3 s of CPU a task)."""
-    from rocketidx.spark import session
-    keep = getattr(session, "keep_zip_imports_cached", None)  # absent from older rocketidx.spark.session
-    if keep is not None:
-        keep()
+    """Per-task set-up every rocketidx Spark task does (:func:`rocketidx.spark.session.tune_python_worker`)."""
+    from rocketidx.spark.session import tune_python_worker
+    tune_python_worker()
 
 
 def _struct_list(rows: list[dict], typ: pa.DataType) -> pa.Array:
