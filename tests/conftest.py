@@ -1,4 +1,4 @@
-"""Shared fixtures: paths to the reference cases in ../shared, and scratch directories."""
+"""Shared fixtures: paths to the reference cases (tests/reference), and the reader-path parameter."""
 from __future__ import annotations
 
 import pytest

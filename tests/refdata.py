@@ -1,4 +1,7 @@
-"""Paths to the reference cases in ../shared and helpers to read them.
+"""Paths to the reference cases and helpers to read them.
+
+The cases live in the repository (``tests/reference/``, see its README), so a bare clone tests them all;
+a ``../shared/golden`` beside the clone only adds the cases it has that the copy lacks.
 
 A plain module, not conftest.py: test modules import it by name (``from refdata import GOLDEN``), and
 with several conftest.py files in the tree, ``from conftest import`` would depend on which one pytest
@@ -12,10 +15,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
-GOLDEN = SHARED / "golden"
-EXTERNAL = SHARED / "external"
-GOLDEN_CASES = sorted(p for p in GOLDEN.glob("*") if (p / "case.json").exists()) if GOLDEN.exists() else []
+REFERENCE = ROOT / "tests" / "reference"
+GOLDEN = REFERENCE / "golden"
+EXTERNAL = REFERENCE / "external"
+SHARED = ROOT.parent / "shared"          # optional: a newer copy of the reference data, where present
+
+
+def _cases(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("*") if (p / "case.json").exists()) if root.exists() else []
+
+
+_kept = {p.name for p in _cases(GOLDEN)}
+GOLDEN_CASES = sorted(_cases(GOLDEN) + [p for p in _cases(SHARED / "golden") if p.name not in _kept],
+                      key=lambda p: p.name)
 
 
 def load_case(case: Path) -> dict:
@@ -33,5 +45,5 @@ def expected_files(case: Path) -> list[Path]:
 
 def golden_params():
     if not GOLDEN_CASES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason="../shared/golden not present"))]
+        return [pytest.param(None, marks=pytest.mark.skip(reason="tests/reference/golden not present"))]
     return [pytest.param(c, id=c.name) for c in GOLDEN_CASES]

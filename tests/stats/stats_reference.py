@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from refdata import GOLDEN  # the one definition of where ../shared lives
+from refdata import GOLDEN  # the one definition of where the reference cases live
 
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
@@ -114,4 +114,4 @@ def golden_case(name: str) -> GoldenCase:
     return GoldenCase(name, d, case["hashSlotNum"], case["indexNum"], case["windowMillis"], manifest)
 
 
-GOLDEN_NAMES = sorted(p.name for p in GOLDEN.glob("*") if (p / "case.json").exists()) if GOLDEN.exists() else []
+GOLDEN_NAMES = sorted(p.name for p in GOLDEN.glob("*") if (p / "case.json").exists())

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from stats_reference import GOLDEN_NAMES, chain_lengths, golden_case, java_key_hash, nearest_rank
+from stats_reference import chain_lengths, golden_case, java_key_hash, nearest_rank
 
 pytestmark = pytest.mark.spark
 
@@ -19,8 +19,6 @@ TOP = 5
 
 @pytest.fixture(scope="module")
 def g2(spark):
-    if G2 not in GOLDEN_NAMES:
-        pytest.skip("../shared/golden not present")
     from rocketidx.spark.stats import index_stats
     case = golden_case(G2)
     stats = index_stats(spark, case.index_dir, case.commitlog, hash_slot_num=case.hash_slot_num,

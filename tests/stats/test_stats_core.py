@@ -114,7 +114,7 @@ def test_wrong_sizes_are_a_typed_error(tmp_path):
 
 # --- golden cases -------------------------------------------------------------------------------
 
-golden = pytest.mark.parametrize("name", GOLDEN_NAMES or [pytest.param(None, marks=pytest.mark.skip("no golden"))])
+golden = pytest.mark.parametrize("name", GOLDEN_NAMES)
 
 
 @golden
@@ -219,8 +219,6 @@ def test_golden_true_collisions_and_topics_from_the_commitlog(name):
 
 
 def test_g2_has_true_collisions():
-    if "g2-unicode-collisions-v2-ipv6" not in GOLDEN_NAMES:
-        pytest.skip("no golden")
     case = golden_case("g2-unicode-collisions-v2-ipv6")
     keys = {k for m in case.messages() for k in m["indexKeys"]}
     by_hash = defaultdict(set)

@@ -434,8 +434,7 @@ def test_colliding_keys_answer_for_each_other_as_the_broker_does(tmp_path):
 
 # --- fuzz ----------------------------------------------------------------------------------------------
 
-GOLDEN_SEGMENTS = sorted(GOLDEN.glob("*/commitlog/*")) if GOLDEN.exists() else []
-needs_golden = pytest.mark.skipif(not GOLDEN_SEGMENTS, reason="../shared/golden not present")
+GOLDEN_SEGMENTS = sorted(GOLDEN.glob("*/commitlog/*"))
 _golden_cache: dict[Path, bytes] = {}
 
 
@@ -492,7 +491,6 @@ def _same_stop(a, b) -> bool:
     return a.reason.startswith("TOTALSIZE") and "-" in a.reason.rsplit("(", 1)[-1]
 
 
-@needs_golden
 @settings(max_examples=80, **PROFILE)
 @given(seg=mutated_segment(), cuts=st.lists(st.integers(0, 2**20), max_size=2))
 def test_mutated_golden_segments_never_raise_anything_but_rocketidx_errors(seg, cuts):
@@ -560,7 +558,6 @@ def test_records_with_random_fields_never_raise_and_both_paths_agree(data, cuts)
                 assert _same_stop(s0, s1), (s0, s1)
 
 
-@needs_golden
 @settings(max_examples=15, **PROFILE)
 @given(seg=mutated_segment())
 def test_build_of_a_mutated_segment_raises_only_rocketidx_errors(seg):
@@ -577,7 +574,6 @@ def test_build_of_a_mutated_segment_raises_only_rocketidx_errors(seg):
                 pass
 
 
-@needs_golden
 @settings(max_examples=40, **PROFILE)
 @given(data=st.data())
 def test_commitlog_reader_over_mutated_multi_segment_stores_raises_only_rocketidx_errors(data):

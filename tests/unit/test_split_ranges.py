@@ -25,7 +25,7 @@ from rocketidx.generate import GenConfig, generate_store
 from rocketidx.messages import RangeReader, native_available
 from rocketidx.segments import Segment, SegmentRange, list_segments
 
-GOLDEN_SEGMENTS = sorted(str(p) for p in GOLDEN.glob("*/commitlog/*")) if GOLDEN.exists() else []
+GOLDEN_SEGMENTS = sorted(str(p) for p in GOLDEN.glob("*/commitlog/*"))
 NATIVES = [False, True] if native_available() else [False]
 PROFILE = dict(deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -88,10 +88,6 @@ def whole(path: str, native: bool, full: bool = True) -> Part:
 
 # --- golden segments -------------------------------------------------------------------------------
 
-needs_golden = pytest.mark.skipif(not GOLDEN_SEGMENTS, reason="../shared/golden not present")
-
-
-@needs_golden
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
 @settings(max_examples=60, **PROFILE)
 @given(data=st.data())
@@ -109,7 +105,6 @@ def test_two_ranges_of_a_golden_segment_give_the_whole_segment_records(native, d
         assert union(parts) == list(ref.rows)
 
 
-@needs_golden
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
 @settings(max_examples=25, **PROFILE)
 @given(data=st.data())
@@ -124,7 +119,6 @@ def test_three_ranges_of_a_golden_segment_give_the_whole_rows(native, data):
         assert union(parts) == list(ref.rows)
 
 
-@needs_golden
 @pytest.mark.parametrize("path", GOLDEN_SEGMENTS, ids=lambda p: p.split("/")[-3][:2] + "-" + p[-8:])
 def test_split_at_every_record_start_and_just_after_it(path):
     """Deterministic sweep: k on, one byte after, and 4 bytes after every 40th record start."""
@@ -137,14 +131,11 @@ def test_split_at_every_record_start_and_just_after_it(path):
             assert stitch(parts) == list(ref.rows), k
 
 
-@needs_golden
 def test_range_after_a_corrupt_record_cannot_see_it_but_the_gap_shows():
     """g5's last segment has a CRC-corrupt record with valid records after it: a range starting past it
     returns those later records (it cannot know), and its first record does not continue the previous
     range's walk, which is how the caller knows to stop."""
     path = next((p for p in GOLDEN_SEGMENTS if "g5-" in p and p.endswith("00000000000000786432")), None)
-    if path is None:
-        pytest.skip("g5 not present")
     buf, seg = golden_segment(path)
     ref = whole(path, False, False)
     assert ref.stop_kind == "corrupt"
