@@ -61,7 +61,7 @@ def _peak_rss_mb() -> float:
 
 
 def measure_parse(store: str, native: bool) -> dict:
-    from rocketidx.messages import CommitLogReader
+    from rocketidx.splits import CommitLogReader
     from rocketidx.segments import list_segments
     t0 = time.perf_counter()
     reader = CommitLogReader(list_segments(store), native=native)
@@ -77,7 +77,7 @@ def measure_write(store: str, native: bool) -> dict:
     """The writer alone: the store's entries are parsed first (not timed), then written in batches."""
     from rocketidx.build import WindowSet
     from rocketidx.config import BuildConfig
-    from rocketidx.messages import CommitLogReader
+    from rocketidx.splits import CommitLogReader
     from rocketidx.segments import list_segments
     from rocketidx.windows import assign_windows
     cfg = BuildConfig(timezone="UTC")
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         child(a.child[0], a.child[1], a.child[2] == "1")
         return 0
-    from rocketidx.messages import native_available
+    from rocketidx.native import native_available
     store = ensure_store(a.messages)
     paths = [True, False] if native_available() else [False]
     warm_page_cache(store)

@@ -22,7 +22,6 @@ executors on other hosts, the store must be a mount they share with the driver.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -35,47 +34,22 @@ def _default(name: str) -> str | None:
     return str(p) if p.exists() else None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    from rocketidx.cli import _duration, _positive_int, _size
-    p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0])
-    p.add_argument("--store", required=True, help="the stopped broker's store directory")
-    p.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    p.add_argument("--spark-conf", default=_default("spark.json"), help="Spark settings and split size (JSON)")
-    p.add_argument("--master", default=None, help="only when not launched by spark-submit (default local[*])")
-    p.add_argument("--hash-slots", type=_positive_int, default=None, help="default: the existing files' size")
-    p.add_argument("--index-num", type=_positive_int, default=None, help="default: the existing files' size")
-    p.add_argument("--window", type=_duration("window"), default=0,
-                   help="window length of the new files (default 0: one sequence, as the broker writes)")
-    p.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
-    p.add_argument("--no-crc", action="store_true")
-    p.add_argument("--split-bytes", type=_size, default=None)
-    p.add_argument("--partitions", type=_positive_int, default=None, help="writer partitions (default: cores)")
-    p.add_argument("--json", action="store_true", help="print the plan and the result as JSON")
-    p.add_argument("-v", "--verbose", action="count", default=0)
-    return p.parse_args(argv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
+    from rocketidx.cli import add_backfill_arguments, run_backfill_command
     from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError, StoreLockedError
-    from rocketidx.spark.backfill import run_backfill_spark
+    p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0])
+    add_backfill_arguments(p, spark_conf=_default("spark.json"), engine_flag=False)
+    p.add_argument("-v", "--verbose", action="count", default=0)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     try:
-        result, stats = run_backfill_spark(
-            a.store, spark_conf=a.spark_conf, master=a.master, split_bytes=a.split_bytes, partitions=a.partitions,
-            hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
-            dry_run=a.dry_run, check_crc=not a.no_crc, log=(lambda *_: None) if a.json else print)
+        return run_backfill_command(a)
     except (ConfigError, StoreLayoutError, StoreLockedError, OSError) as e:
         print(f"backfill: {e}", file=sys.stderr)
         return 2
     except RocketIdxError as e:
         print(f"backfill: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    if a.json:
-        print(json.dumps({"plan": result.plan.as_dict(), "installed": result.installed,
-                          "backup_dir": result.backup_dir, "checkpoint_index_msg_timestamp": result.checkpoint_index_ts,
-                          "wall_s": round(result.wall_s, 3), "spark": stats or None}))
-    return 0
 
 
 if __name__ == "__main__":

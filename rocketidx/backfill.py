@@ -234,7 +234,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
 def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
     """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
     from rocketidx.entries import drop_first_entries
-    from rocketidx.messages import CommitLogReader
+    from rocketidx.splits import CommitLogReader
     segs = list_segments(store / "commitlog", from_offset=plan.rebuild_from)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=plan.rebuild_from)
     count = 0

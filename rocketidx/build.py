@@ -23,9 +23,10 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError
 from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
-from rocketidx.messages import CommitLogReader
-from rocketidx.output import MANIFEST_VERSION, commit, is_uri, new_staging, output_lock
+from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
+from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
+from rocketidx.splits import CommitLogReader
 from rocketidx.windows import assign_windows
 
 log = logging.getLogger(__name__)

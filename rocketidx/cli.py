@@ -15,34 +15,63 @@ import time
 
 from rocketidx import layout as L
 from rocketidx.errors import RocketIdxError
-from rocketidx.windows import parse_duration_ms
+from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
 
-def _duration(option: str):
-    def parse(text: str) -> int:
-        try:
-            return parse_duration_ms(text, option)
-        except RocketIdxError as e:
-            raise argparse.ArgumentTypeError(str(e)) from e
-    return parse
+def _add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str | None, engine_flag: bool) -> None:
+    """``--in-process`` (where offered) and the Spark flags, as build and backfill both take them."""
+    if engine_flag:
+        p.add_argument("--in-process", action="store_true",
+                       help=f"{what} in this Python process with the core alone, no Spark (small stores, no JVM)")
+    p.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
+    p.add_argument("--spark-conf", default=spark_conf, help="Spark settings and split size (default conf/spark.json)")
+    p.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None,
+                   help="byte range per read task (default 128m)")
+    p.add_argument("--partitions", type=count_arg("--partitions"), default=None,
+                   help="writer partitions (default: cores)")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative: {text!r}")
-    return v
+def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, spark_conf: str | None = None,
+                        engine_flag: bool = True) -> None:
+    """The build's flags, for ``rocketidx build`` and ``jobs/nightly_rebuild.py`` alike (``conf``/``spark_conf``:
+    their defaults; ``engine_flag``: offer ``--in-process``, which a spark-submit job does not)."""
+    b.add_argument("--commitlog", required=True, help="CommitLog directory, or a store holding commitlog/")
+    b.add_argument("--out", required=True)
+    b.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
+                   help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
+    b.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
+    b.add_argument("--window", type=duration_arg("--window"), default=None,
+                   help="window length (default 1h; 0 = one)")
+    b.add_argument("--timezone", default=None, help="zone of file names (default: this host's, as the broker)")
+    b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
+    b.add_argument("--conf", default=conf, help="JSON settings file (see conf/defaults.json)")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _add_engine_arguments(b, "build", spark_conf, engine_flag)
+    b.add_argument("--from-offset", type=count_arg("--from-offset"), default=None,
+                   help="first CommitLog offset to index")
+    b.add_argument("--to-offset", type=count_arg("--to-offset"), default=None,
+                   help="index messages starting before this offset")
+    b.add_argument("--from-time", type=time_arg("--from-time"), default=None,
+                   help="epoch ms or ISO-8601 store time (inclusive)")
+    b.add_argument("--to-time", type=time_arg("--to-time"), default=None,
+                   help="epoch ms or ISO-8601 store time (exclusive)")
 
 
-def _size(text: str) -> int:
-    units = {"k": 1024, "m": 1024**2, "g": 1024**3}
-    t = text.strip().lower().rstrip("ib").rstrip("b") if text.lower().endswith(("ib", "b")) else text.strip().lower()
-    if t and t[-1] in units:
-        return int(float(t[:-1]) * units[t[-1]])
-    return _positive_int(t)
+def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | None = None,
+                           engine_flag: bool = True) -> None:
+    """The backfill's flags, for ``rocketidx backfill`` and ``jobs/backfill.py`` alike."""
+    bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
+    bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    bf.add_argument("--window", type=duration_arg("--window"), default=0,
+                    help="window length of the new files (default 0: one sequence, as the broker writes)")
+    bf.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
+                    help="default: read off the existing files, else the broker's 5000000")
+    bf.add_argument("--index-num", type=count_arg("--index-num"), default=None,
+                    help="default: read off the existing files, else the broker's 20000000")
+    bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
+    bf.add_argument("--no-crc", action="store_true")
+    bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+    _add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,73 +81,39 @@ def _parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("gen", help="write a sample broker store (CommitLog segments) from a seed")
     g.add_argument("--out", required=True, help="store directory to create (commitlog/ goes inside)")
-    g.add_argument("--messages", type=_positive_int, required=True)
-    g.add_argument("--segment-bytes", type=_size, default=64 * 1024**2, help="segment size (default 64m)")
-    g.add_argument("--body-bytes", type=_positive_int, default=300, help="mean body size (default 300)")
-    g.add_argument("--topics", type=_positive_int, default=4)
-    g.add_argument("--keys-per-message", type=_positive_int, default=2, help="most KEYS per message (default 2)")
-    g.add_argument("--span", type=_duration("span"), default=24 * 3_600_000, help="time span (default 24h)")
-    g.add_argument("--start-ms", type=_positive_int, default=1_700_000_000_000)
+    g.add_argument("--messages", type=count_arg("--messages"), required=True)
+    g.add_argument("--segment-bytes", type=size_arg("--segment-bytes"), default=64 * 1024**2, help="segment size (default 64m)")
+    g.add_argument("--body-bytes", type=count_arg("--body-bytes"), default=300, help="mean body size (default 300)")
+    g.add_argument("--topics", type=count_arg("--topics"), default=4)
+    g.add_argument("--keys-per-message", type=count_arg("--keys-per-message"), default=2, help="most KEYS per message (default 2)")
+    g.add_argument("--span", type=duration_arg("--span"), default=24 * 3_600_000, help="time span (default 24h)")
+    g.add_argument("--start-ms", type=count_arg("--start-ms"), default=1_700_000_000_000)
     g.add_argument("--seed", type=int, default=1)
 
-    b = sub.add_parser("build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json")
-    b.add_argument("--commitlog", required=True, help="CommitLog directory, or a store holding commitlog/")
-    b.add_argument("--out", required=True)
-    b.add_argument("--hash-slots", type=_positive_int, default=None, help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
-    b.add_argument("--index-num", type=_positive_int, default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
-    b.add_argument("--window", type=_duration("window"), default=None, help="window length (default 1h; 0 = one)")
-    b.add_argument("--timezone", default=None, help="zone of file names (default: this host's, as the broker)")
-    b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
-    b.add_argument("--conf", default=None, help="JSON settings file (see conf/defaults.json)")
-    b.add_argument("--json", action="store_true", help="print the summary as JSON")
-    b.add_argument("--in-process", action="store_true",
-                   help="build in this Python process with the core alone, no Spark (small stores, no JVM)")
-    b.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
-    b.add_argument("--spark-conf", default=None, help="Spark settings and split size (default conf/spark.json)")
-    b.add_argument("--split-bytes", type=_size, default=None, help="byte range per read task (default 128m)")
-    b.add_argument("--partitions", type=_positive_int, default=None, help="writer partitions (default: cores)")
-    b.add_argument("--from-offset", type=_positive_int, default=None, help="first CommitLog offset to index")
-    b.add_argument("--to-offset", type=_positive_int, default=None, help="index messages starting before this offset")
-    b.add_argument("--from-time", default=None, help="epoch ms or ISO-8601 store time (inclusive)")
-    b.add_argument("--to-time", default=None, help="epoch ms or ISO-8601 store time (exclusive)")
+    add_build_arguments(sub.add_parser(
+        "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json"))
 
     d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
-    d.add_argument("--messages", type=_positive_int, default=300_000)
+    d.add_argument("--messages", type=count_arg("--messages"), default=300_000)
     d.add_argument("--master", default="local[*]", help="Spark master for the build (default local[*])")
     d.add_argument("--in-process", action="store_true", help="build with the core alone, no Spark")
 
-    bf = sub.add_parser("backfill", help="rebuild the index range a crashed broker lost, into its stopped store")
-    bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
-    bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
-    bf.add_argument("--window", type=_duration("window"), default=0,
-                    help="window length of the new files (default 0: one sequence, as the broker writes)")
-    bf.add_argument("--hash-slots", type=_positive_int, default=None,
-                    help="default: read off the existing files, else the broker's 5000000")
-    bf.add_argument("--index-num", type=_positive_int, default=None,
-                    help="default: read off the existing files, else the broker's 20000000")
-    bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
-    bf.add_argument("--no-crc", action="store_true")
-    bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
-    bf.add_argument("--in-process", action="store_true",
-                    help="rebuild in this Python process with the core alone, no Spark")
-    bf.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
-    bf.add_argument("--spark-conf", default=None, help="Spark settings and split size (default conf/spark.json)")
-    bf.add_argument("--split-bytes", type=_size, default=None, help="byte range per read task (default 128m)")
-    bf.add_argument("--partitions", type=_positive_int, default=None, help="writer partitions (default: cores)")
+    add_backfill_arguments(sub.add_parser(
+        "backfill", help="rebuild the index range a crashed broker lost, into its stopped store"))
 
     v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content")
     v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
-    v.add_argument("--hash-slots", type=_positive_int, default=None)
-    v.add_argument("--index-num", type=_positive_int, default=None)
+    v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None)
+    v.add_argument("--index-num", type=count_arg("--index-num"), default=None)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.add_argument("--spark", action="store_true",
                    help="check on Spark (stores larger than one machine reads quickly); default: in this process")
     v.add_argument("--master", default=None, help="with --spark: Spark master (default local[*])")
     v.add_argument("--spark-conf", default=None, help="with --spark: Spark settings (default conf/spark.json)")
-    v.add_argument("--split-bytes", type=_size, default=None, help="with --spark: CommitLog bytes per task")
+    v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="with --spark: CommitLog bytes per task")
 
     from rocketidx import stats_cli
     stats_cli.add_parser(sub)
@@ -137,8 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--begin", type=int, default=0)
     q.add_argument("--end", type=int, default=2**63 - 1)
     q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH)
-    q.add_argument("--hash-slots", type=_positive_int, default=None)
-    q.add_argument("--index-num", type=_positive_int, default=None)
+    q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None)
+    q.add_argument("--index-num", type=count_arg("--index-num"), default=None)
     return p
 
 
@@ -161,14 +156,17 @@ def _spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> 
     return bool(given)
 
 
-def cmd_build(a) -> int:
+def run_build(a: argparse.Namespace) -> int:
+    """``rocketidx build`` and ``jobs/nightly_rebuild.py``: the flags :func:`add_build_arguments` made ->
+    the build (on Spark, or in process with ``--in-process``) -> the summary on stdout."""
     from rocketidx.config import load_config
+    in_process = getattr(a, "in_process", False)
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
                       timezone=a.timezone, check_crc=False if a.no_crc else None)
-    if a.in_process and _spark_flag_misused(a, "build", "the Spark build (drop --in-process)", (
+    if in_process and _spark_flag_misused(a, "build", "the Spark build (drop --in-process)", (
             "master", "spark_conf", "split_bytes", "partitions", "from_offset", "to_offset", "from_time", "to_time")):
         return 2
-    if a.in_process:
+    if in_process:
         from rocketidx.build import build_index
         manifest, summary = build_index(a.commitlog, a.out, cfg)
         spark_stats = None
@@ -187,21 +185,15 @@ def cmd_build(a) -> int:
 def _build_on_spark(a, cfg):
     from rocketidx.config import project_conf
     from rocketidx.spark.pipeline import build_index_spark
-    from rocketidx.spark.session import get_session, load_spark_settings
-    from rocketidx.spark.source import parse_time_ms
+    from rocketidx.spark.session import load_spark_settings, spark_session
     settings = load_spark_settings(a.spark_conf or project_conf("spark.json"),
                                    split_bytes=a.split_bytes, shuffle_partitions=a.partitions, master=a.master)
-    from_time = parse_time_ms(a.from_time, "from_time") if a.from_time else None
-    to_time = parse_time_ms(a.to_time, "to_time") if a.to_time else None
-    spark = get_session(settings.master, settings.conf)
     stats: dict = {}
-    try:
+    with spark_session(settings) as spark:
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
-                                       from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=from_time,
-                                       to_time_ms=to_time, shuffle_partitions=settings.shuffle_partitions,
+                                       from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
+                                       to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
                                        stats=stats)
-    finally:
-        spark.stop()
     return summary, stats
 
 
@@ -308,7 +300,7 @@ def cmd_demo(a) -> int:
     from rocketidx.build import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.generate import GenConfig, generate_store
-    from rocketidx.messages import read_segment
+    from rocketidx.splits import read_segment
     from rocketidx.query import open_index, query_offsets
     from rocketidx.segments import list_segments
     root = Path(a.dir)
@@ -323,13 +315,10 @@ def cmd_demo(a) -> int:
         manifest, summary = build_index(store, out, config)
     else:
         from rocketidx.spark.pipeline import build_index_spark
-        from rocketidx.spark.session import get_session
+        from rocketidx.spark.session import SparkSettings, spark_session
         print(f"building the index of {store}/commitlog into {out} on local Spark ...", flush=True)
-        spark = get_session(a.master)
-        try:
+        with spark_session(SparkSettings(master=a.master)) as spark:
             manifest, summary = build_index_spark(store, out, config, spark=spark, split_bytes=32 * 1024**2)
-        finally:
-            spark.stop()
     print_summary(summary)
     print(f"files: {', '.join(f['name'] for f in manifest['files'])}")
     first, _ = read_segment(list_segments(store)[0], end=4096)
@@ -367,21 +356,14 @@ def cmd_verify(a) -> int:
 
 
 def _verify_on_spark(a, files, windows, window_ids):
-    from pyspark.sql import SparkSession
-
     from rocketidx.config import project_conf
-    from rocketidx.spark.session import get_session, load_spark_settings
+    from rocketidx.spark.session import load_spark_settings, spark_session
     from rocketidx.spark.verify import verify_index_spark
     settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
                                    master=a.master)
-    joined = SparkSession.getActiveSession()  # a notebook's or a test's session: not ours to stop
-    spark = get_session(settings.master, settings.conf)
-    try:
+    with spark_session(settings) as spark:
         return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
                                   check_crc=not a.no_crc, split_bytes=settings.split_bytes)
-    finally:
-        if joined is None:
-            spark.stop()
 
 
 def print_verify(r) -> None:
@@ -400,16 +382,19 @@ def print_verify(r) -> None:
         print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
 
 
-def cmd_backfill(a) -> int:
+def run_backfill_command(a: argparse.Namespace) -> int:
+    """``rocketidx backfill`` and ``jobs/backfill.py``: the flags :func:`add_backfill_arguments` made -> the
+    backfill (rebuild on Spark, or in process with ``--in-process``) -> the plan and result on stdout."""
     from rocketidx.backfill import run_backfill
+    in_process = getattr(a, "in_process", False)
     log = (lambda *_: None) if a.json else print
     args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
                 dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
     spark_stats = None
-    if a.in_process and _spark_flag_misused(a, "backfill", "the Spark rebuild (drop --in-process)",
-                                            ("master", "spark_conf", "split_bytes", "partitions")):
+    if in_process and _spark_flag_misused(a, "backfill", "the Spark rebuild (drop --in-process)",
+                                          ("master", "spark_conf", "split_bytes", "partitions")):
         return 2
-    if a.in_process:
+    if in_process:
         r = run_backfill(a.store, **args)
     else:
         from rocketidx.spark.backfill import run_backfill_spark
@@ -427,7 +412,8 @@ def cmd_stats(a) -> int:
     return run(a)
 
 
-COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfill": cmd_backfill, "gen": cmd_gen, "build": cmd_build, "query": cmd_query}
+COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfill": run_backfill_command,
+            "gen": cmd_gen, "build": run_build, "query": cmd_query}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketidx import layout as L
-from rocketidx.keys import hash_to_key_hash, key_hash
+from rocketidx.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
+from rocketidx.messages import KERNEL_MORE, kernel_stop, records_to_batch, scan_records
+from rocketidx.native import kernel, use_native
+from rocketidx.segments import Segment
 
 ENTRY_SCHEMA = pa.schema([
     ("phy_offset", pa.int64()),
@@ -101,12 +104,10 @@ class EntryBuffers:
         raw_hash = self.hash[:m].copy()
         slow = np.flatnonzero(self.slow[:m])
         if len(slow):
-            from rocketidx import messages as M
-            from rocketidx.keys import java_string_hash_py, java_utf8_decode
             mv = memoryview(buf)
             for i in slow.tolist():  # malformed UTF-8 only: rare, decoded as Java decodes it
                 r = recs[self.row[i]]
-                topic = bytes(mv[r[M.REC_TOPIC_POS]:r[M.REC_TOPIC_POS] + r[M.REC_TOPIC_LEN]])
+                topic = bytes(mv[r[L.REC_TOPIC_POS]:r[L.REC_TOPIC_POS] + r[L.REC_TOPIC_LEN]])
                 key = bytes(mv[self.kpos[i]:self.kpos[i] + self.klen[i]])
                 raw_hash[i] = java_string_hash_py(java_utf8_decode(topic) + "#" + java_utf8_decode(key))
         return pa.RecordBatch.from_arrays(
@@ -121,14 +122,12 @@ def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = No
     string is ever built; an entry whose bytes are not valid UTF-8 is re-hashed from its Java decoding.
     Without it, the message columns are built and :func:`extract_entries` runs: the same rows.
     """
-    from rocketidx import messages as M
-    use_native = M.native_available() if native is None else native
-    if not use_native:
-        return extract_entries(M.records_to_batch(buf, seg, recs))
+    if not use_native(native):
+        return extract_entries(records_to_batch(buf, seg, recs))
     recs = np.ascontiguousarray(recs)
-    keys_len = np.maximum(recs[:, M.REC_KEYS_LEN], 0)
+    keys_len = np.maximum(recs[:, L.REC_KEYS_LEN], 0)
     out = EntryBuffers(len(recs) + int(((keys_len + 1) // 2).sum()) + 1)
-    m = M._native.entries(buf, recs, len(recs), *out.arrays())
+    m = kernel.entries(buf, recs, len(recs), *out.arrays())
     return out.batch(buf, recs, m)
 
 
@@ -142,5 +141,36 @@ def drop_first_entries(entries: pa.RecordBatch, phy_offset: int | None, n: int) 
 
 
 def rollback_count(recs: np.ndarray) -> int:
-    from rocketidx import messages as M
-    return int(((recs[:, M.REC_SYSFLAG] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK).sum())
+    """Transaction rollbacks among the records (they make no entry)."""
+    return int(((recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK).sum())
+
+
+def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: bool = True,
+                      batch_records: int = 65536, native: bool | None = None):
+    """Like :func:`rocketidx.messages.scan_records`, but yields ``(records array, entries batch)`` pairs;
+    the generator's return value is the :class:`rocketidx.messages.ReadStop`.
+
+    With the compiled kernel both come from one pass over the bytes, while each record is in cache.
+    """
+    if not use_native(native):
+        gen = scan_records(buf, seg, start, end, check_crc=check_crc, batch_records=batch_records, native=False)
+        while True:
+            try:
+                recs = next(gen)
+            except StopIteration as done:
+                return done.value
+            yield recs, entries_from_records(buf, seg, recs, native=False)
+    out = np.empty((batch_records, L.REC_COLS), np.int64)
+    ebuf = EntryBuffers(batch_records * 3)
+    p = start
+    while True:
+        n, m, p, code, a, b = kernel.scan_entries(buf, seg.size, seg.base_offset, p, end, check_crc, out,
+                                                  *ebuf.arrays())
+        if n:
+            recs = out[:n].copy()
+            yield recs, ebuf.batch(buf, recs, m)
+        if code == KERNEL_MORE:
+            if n == 0:  # one record has more keys than the entry buffers hold
+                ebuf.grow(ebuf.capacity * 2)
+            continue
+        return kernel_stop(buf, seg, p, code, a, b)

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,9 @@ class GenConfig:
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
-            raise ValueError("segment_bytes must be at least 4096")
+            raise ConfigError("segment_bytes", self.segment_bytes, "must be at least 4096")
 
 
-_FIXED = struct.Struct(">iIiiiqqiq")  # the 48-byte prefix, in layout.RECORD_PREFIX order
-assert _FIXED.size == L.RECORD_PREFIX.itemsize
 _BLANK = struct.Struct(">iI")
 
 
@@ -135,12 +134,12 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig) -> dict:
         qkey = (int(topic_i[i]), int(queue_ids[i]))
         qoff = queue_offsets.get(qkey, 0)
         queue_offsets[qkey] = qoff + 1
-        buf += _FIXED.pack(total, L.MAGIC_V2 if is_v2 else L.MAGIC_V1, pool_crc[body_i[i]], int(queue_ids[i]), 0,
+        buf += L.RECORD_PREFIX_STRUCT.pack(total, L.MAGIC_V2 if is_v2 else L.MAGIC_V1, pool_crc[body_i[i]], int(queue_ids[i]), 0,
                            qoff, base + pos, sys_flag, int(born_ts[i]))
         buf += born6b if born6[i] else born4
         buf += struct.pack(">q", int(store_ts[i]))
         buf += store6b if store6[i] else store4
-        buf += struct.pack(">iqi", 0, 0, len(body))
+        buf += L.RECORD_AFTER_HOSTS_STRUCT.pack(0, 0, len(body))
         buf += body
         buf += struct.pack(">h" if is_v2 else ">b", len(topic))
         buf += topic

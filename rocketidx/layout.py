@@ -34,6 +34,7 @@ RocketMQ quirks this project reproduces (each pinned by a test in tests/unit/tes
 """
 from __future__ import annotations
 
+import struct
 from typing import Final
 
 import numpy as np
@@ -104,6 +105,43 @@ def record_length(magic_v2, born_v6, store_v6, body_length, topic_length, proper
 
 # Smallest possible message record: IPv4 hosts, empty body, empty topic, no properties (v1).
 MIN_RECORD_SIZE: Final = int(record_length(False, False, False, 0, 0, 0))
+
+
+def _struct_of(dtype: np.dtype) -> struct.Struct:
+    """The same big-endian layout as a ``struct.Struct``, for packing one record at a time (the
+    generator): derived from the dtype, so the two cannot disagree."""
+    codes = {"i2": "h", "i4": "i", "u4": "I", "i8": "q"}
+    packed = struct.Struct(">" + "".join(codes[dtype.fields[n][0].str[1:]] for n in dtype.names))
+    assert packed.size == dtype.itemsize
+    return packed
+
+
+RECORD_PREFIX_STRUCT: Final = _struct_of(RECORD_PREFIX)
+RECORD_AFTER_HOSTS_STRUCT: Final = _struct_of(RECORD_AFTER_HOSTS)
+
+# --- Records array: what the reader keeps of every valid record ------------------------------------
+# One int64 row per record, positions inside its segment (``*_POS``) and lengths (``*_LEN``, -1 when a
+# property is absent). Both read paths (numpy and rocketidx/_native.c, whose REC_* enum mirrors this)
+# produce it, and everything downstream (message columns, entries, counters) reads it. Column order:
+REC_POS: Final = 0  # segment offset of the record
+REC_TOTAL: Final = 1  # TOTALSIZE
+REC_V2: Final = 2  # 1 for a v2 magic code (2-byte topic length)
+REC_SYSFLAG: Final = 3
+REC_BODY_POS: Final = 4
+REC_BODY_LEN: Final = 5
+REC_TOPIC_POS: Final = 6
+REC_TOPIC_LEN: Final = 7
+REC_PROPS_POS: Final = 8
+REC_PROPS_LEN: Final = 9
+REC_KEYS_POS: Final = 10  # the KEYS property's value
+REC_KEYS_LEN: Final = 11
+REC_UNIQ_POS: Final = 12  # the UNIQ_KEY property's value
+REC_UNIQ_LEN: Final = 13
+REC_TAGS_POS: Final = 14
+REC_TAGS_LEN: Final = 15
+REC_PHY: Final = 16  # the stored PHYSICALOFFSET field
+REC_STORE_TS: Final = 17  # STORETIMESTAMP, epoch ms
+REC_COLS: Final = 18
 
 # --- IndexFile ----------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ Stays true:
 """
 from __future__ import annotations
 
+import errno
 import os
 import struct
 import zlib
@@ -32,7 +33,9 @@ import pyarrow.compute as pc
 
 from rocketidx import layout as L
 from rocketidx.arrays import binary_array, gather_ranges, string_buffers
-from rocketidx.segments import Segment, SegmentRange
+from rocketidx.native import kernel, use_native
+from rocketidx.paths import is_uri
+from rocketidx.segments import Segment
 
 MESSAGE_SCHEMA = pa.schema([
     ("phy_offset", pa.int64()),  # the stored PHYSICALOFFSET field
@@ -106,7 +109,9 @@ def _zero_from(buf, pos: int, size: int, path: str | None = None) -> bool:
     Holes of a sparse segment are skipped with ``SEEK_DATA``; data is checked in chunks whose pages are
     released right after, so checking a 1 GiB preallocated tail does not grow the process's memory.
     """
-    if path is not None:
+    if path is not None and not is_uri(path):
+        # Only a shortcut: where the file cannot be opened again or the filesystem has no SEEK_DATA,
+        # the mapped bytes below are checked instead.
         try:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
@@ -114,8 +119,9 @@ def _zero_from(buf, pos: int, size: int, path: str | None = None) -> bool:
         if fd >= 0:
             try:
                 pos = max(pos, os.lseek(fd, pos, os.SEEK_DATA))
-            except OSError:  # ENXIO: nothing but holes after pos
-                return True
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # nothing but holes after pos
+                    return True
             finally:
                 os.close(fd)
     chunk = 8 << 20
@@ -123,7 +129,7 @@ def _zero_from(buf, pos: int, size: int, path: str | None = None) -> bool:
         hi = min(size, lo + chunk)
         if np.frombuffer(buf, np.uint8, hi - lo, lo).any():
             return False
-        _release(buf, lo, hi)
+        release_pages(buf, lo, hi)
     return True
 
 
@@ -415,22 +421,7 @@ def body_crcs(buf, body_pos: np.ndarray, body_len: np.ndarray) -> np.ndarray:
     return out & 0x7FFFFFFF
 
 
-# --- records: one int64 row of positions per valid record -----------------------------------------
-# The columns mirror REC_* in _native.c; both paths produce them and everything downstream reads them.
-REC_POS, REC_TOTAL, REC_V2, REC_SYSFLAG, REC_BODY_POS, REC_BODY_LEN, REC_TOPIC_POS, REC_TOPIC_LEN, \
-    REC_PROPS_POS, REC_PROPS_LEN, REC_KEYS_POS, REC_KEYS_LEN, REC_UNIQ_POS, REC_UNIQ_LEN, REC_TAGS_POS, \
-    REC_TAGS_LEN, REC_PHY, REC_STORE_TS = range(18)
-REC_COLS = 18
-
-try:  # the compiled kernel (setup.py); absent, the numpy path below gives the same records
-    from rocketidx import _native
-except ImportError:  # pragma: no cover - depends on the install
-    _native = None
-
-
-def native_available() -> bool:
-    return _native is not None
-
+# --- records: one int64 row of positions per valid record (layout.REC_*) ---------------------------
 
 def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
                   ) -> tuple[np.ndarray, ReadStop | None]:
@@ -460,29 +451,29 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
             code = int(c["reason"][n])
             stop = ReadStop(seg.path, seg.base_offset, int(P[n]), STOP_CORRUPT, _REASONS[code].format(
                 total=int(c["total"][n]), body_len=int(c["body_len"][n]), computed=int(c["computed"][n])))
-    recs = np.zeros((n, REC_COLS), np.int64)
+    recs = np.zeros((n, L.REC_COLS), np.int64)
     sel = slice(0, n)
-    recs[:, REC_POS] = P[sel]
-    recs[:, REC_TOTAL] = c["total"][sel]
-    recs[:, REC_V2] = c["v2"][sel]
-    recs[:, REC_SYSFLAG] = c["sys_flag"][sel]
-    recs[:, REC_BODY_POS] = c["body_pos"][sel]
-    recs[:, REC_BODY_LEN] = c["body_len"][sel]
-    recs[:, REC_TOPIC_POS] = c["topic_pos"][sel]
-    recs[:, REC_TOPIC_LEN] = c["topic_len"][sel]
-    recs[:, REC_PROPS_POS] = c["props_pos"][sel]
-    recs[:, REC_PROPS_LEN] = c["props_len"][sel]
-    recs[:, REC_PHY] = c["pre"]["phy_offset"][sel]
-    recs[:, REC_STORE_TS] = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8"))
-    props_len = recs[:, REC_PROPS_LEN]
-    data, offs = gather_ranges(u8, recs[:, REC_PROPS_POS], props_len)
+    recs[:, L.REC_POS] = P[sel]
+    recs[:, L.REC_TOTAL] = c["total"][sel]
+    recs[:, L.REC_V2] = c["v2"][sel]
+    recs[:, L.REC_SYSFLAG] = c["sys_flag"][sel]
+    recs[:, L.REC_BODY_POS] = c["body_pos"][sel]
+    recs[:, L.REC_BODY_LEN] = c["body_len"][sel]
+    recs[:, L.REC_TOPIC_POS] = c["topic_pos"][sel]
+    recs[:, L.REC_TOPIC_LEN] = c["topic_len"][sel]
+    recs[:, L.REC_PROPS_POS] = c["props_pos"][sel]
+    recs[:, L.REC_PROPS_LEN] = c["props_len"][sel]
+    recs[:, L.REC_PHY] = c["pre"]["phy_offset"][sel]
+    recs[:, L.REC_STORE_TS] = _gather(u8, c["store_ts_pos"][sel], np.dtype(">i8"))
+    props_len = recs[:, L.REC_PROPS_LEN]
+    data, offs = gather_ranges(u8, recs[:, L.REC_PROPS_POS], props_len)
     offs = offs.astype(np.int64)
     ranges = property_ranges(data, offs, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS])
-    for name, pos_col, len_col in ((L.PROPERTY_KEYS, REC_KEYS_POS, REC_KEYS_LEN),
-                                   (L.PROPERTY_UNIQ_KEY, REC_UNIQ_POS, REC_UNIQ_LEN),
-                                   (L.PROPERTY_TAGS, REC_TAGS_POS, REC_TAGS_LEN)):
+    for name, pos_col, len_col in ((L.PROPERTY_KEYS, L.REC_KEYS_POS, L.REC_KEYS_LEN),
+                                   (L.PROPERTY_UNIQ_KEY, L.REC_UNIQ_POS, L.REC_UNIQ_LEN),
+                                   (L.PROPERTY_TAGS, L.REC_TAGS_POS, L.REC_TAGS_LEN)):
         found, vstart, vlen = ranges[name]
-        recs[:, pos_col] = np.where(found, recs[:, REC_PROPS_POS] + vstart - offs[:-1], 0)
+        recs[:, pos_col] = np.where(found, recs[:, L.REC_PROPS_POS] + vstart - offs[:-1], 0)
         recs[:, len_col] = np.where(found, vlen, -1)
     return recs, stop
 
@@ -493,8 +484,15 @@ _NATIVE_STOPS = {
 }
 
 
-def _native_stop(buf, seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
-    """The kernel's stop code as the same ReadStop the numpy path reports."""
+KERNEL_MORE = 13  # the kernel's output buffer is full: the next chunk starts at its stop position
+
+
+def kernel_stop(buf, seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
+    """The kernel's stop code (any but :data:`KERNEL_MORE`) as the same ReadStop the numpy path reports."""
+    if code == 0:
+        return ReadStop(seg.path, seg.base_offset, pos, STOP_RANGE_END, "range ends")
+    if code == 1:
+        return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END, "segment ends after its last record")
     kind = _NATIVE_STOPS[code]
     if code == 2 and a < 0:
         return _end_of_data_stop(seg, buf, pos)
@@ -521,24 +519,15 @@ def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = T
                  batch_records: int = 65536, native: bool | None = None) -> Iterator[np.ndarray]:
     """Records starting in ``[start, end)`` (``start`` must be a record start), in chunks of at most
     ``batch_records`` rows of the records array. The generator's return value is the :class:`ReadStop`."""
-    use_native = _native is not None if native is None else native
-    if use_native and _native is None:
-        raise RuntimeError("rocketidx._native is not built")
-    if use_native:
-        out = np.empty((batch_records, REC_COLS), np.int64)
+    if use_native(native):
+        out = np.empty((batch_records, L.REC_COLS), np.int64)
         p = start
         while True:
-            n, p, code, a, b = _native.scan(buf, seg.size, seg.base_offset, p, end, check_crc, out)
+            n, p, code, a, b = kernel.scan(buf, seg.size, seg.base_offset, p, end, check_crc, out)
             if n:
                 yield out[:n].copy()
-            if code == 13:  # capacity: the next chunk starts at p
-                continue
-            if code == 0:
-                return ReadStop(seg.path, seg.base_offset, p, STOP_RANGE_END, "range ends")
-            if code == 1:
-                return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END,
-                                "segment ends after its last record")
-            return _native_stop(buf, seg, p, code, a, b)
+            if code != KERNEL_MORE:
+                return kernel_stop(buf, seg, p, code, a, b)
     p = start
     while True:
         offsets, stop = scan_record_offsets(buf, seg, p, end, batch_records)
@@ -551,42 +540,6 @@ def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = T
             p = int(offsets[-1]) + int(_HEAD.unpack_from(buf, int(offsets[-1]))[0])
         if stop is not None:
             return stop
-
-
-def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: bool = True,
-                      batch_records: int = 65536, native: bool | None = None):
-    """Like :func:`scan_records`, but yields ``(records array, entries batch)`` pairs.
-
-    With the compiled kernel both come from one pass over the bytes, while each record is in cache.
-    """
-    from rocketidx.entries import EntryBuffers, entries_from_records
-    use_native = _native is not None if native is None else native
-    if not use_native:
-        gen = scan_records(buf, seg, start, end, check_crc=check_crc, batch_records=batch_records, native=False)
-        while True:
-            try:
-                recs = next(gen)
-            except StopIteration as done:
-                return done.value
-            yield recs, entries_from_records(buf, seg, recs, native=False)
-    out = np.empty((batch_records, REC_COLS), np.int64)
-    ebuf = EntryBuffers(batch_records * 3)
-    p = start
-    while True:
-        n, m, p, code, a, b = _native.scan_entries(buf, seg.size, seg.base_offset, p, end, check_crc, out,
-                                                   *ebuf.arrays())
-        if n:
-            recs = out[:n].copy()
-            yield recs, ebuf.batch(buf, recs, m)
-        if code == 13:
-            if n == 0:  # one record has more keys than the entry buffers hold
-                ebuf.grow(ebuf.capacity * 2)
-            continue
-        if code == 0:
-            return ReadStop(seg.path, seg.base_offset, p, STOP_RANGE_END, "range ends")
-        if code == 1:
-            return ReadStop(seg.path, seg.base_offset, seg.size, STOP_SEGMENT_END, "segment ends after its last record")
-        return _native_stop(buf, seg, p, code, a, b)
 
 
 def _hosts(u8: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray]:
@@ -606,10 +559,10 @@ def _strings(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> pa
 def records_to_batch(buf, seg: Segment, recs: np.ndarray) -> pa.RecordBatch:
     """Message columns of the records (:data:`MESSAGE_SCHEMA`)."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
-    P = recs[:, REC_POS]
+    P = recs[:, L.REC_POS]
     n = len(P)
     pre = _gather(u8, P, L.RECORD_PREFIX)
-    sys_flag = recs[:, REC_SYSFLAG]
+    sys_flag = recs[:, L.REC_SYSFLAG]
     born_v6 = (sys_flag & L.SYSFLAG_BORNHOST_V6) != 0
     store_v6 = (sys_flag & L.SYSFLAG_STOREHOST_V6) != 0
     born_pos = P + L.RECORD_PREFIX.itemsize
@@ -619,15 +572,15 @@ def records_to_batch(buf, seg: Segment, recs: np.ndarray) -> pa.RecordBatch:
     after = _gather(u8, after_pos, L.RECORD_AFTER_HOSTS)
     born_host, born_port = _hosts(u8, born_pos, born_v6)
     store_host, store_port = _hosts(u8, store_pos, store_v6)
-    store_ts = recs[:, REC_STORE_TS]
+    store_ts = recs[:, L.REC_STORE_TS]
     segment = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([seg.name])).cast(pa.string())
     return pa.RecordBatch.from_arrays([
-        pa.array(recs[:, REC_PHY]),
-        pa.array(recs[:, REC_TOTAL].astype(np.int32)),
+        pa.array(recs[:, L.REC_PHY]),
+        pa.array(recs[:, L.REC_TOTAL].astype(np.int32)),
         segment,
         pa.array(P.astype(np.int64)),
-        pa.array(np.where(recs[:, REC_V2] != 0, 2, 1).astype(np.int8)),
-        _strings(u8, recs, REC_TOPIC_POS, REC_TOPIC_LEN),
+        pa.array(np.where(recs[:, L.REC_V2] != 0, 2, 1).astype(np.int8)),
+        _strings(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN),
         pa.array(pre["queue_id"].astype(np.int32)),
         pa.array(pre["queue_offset"].astype(np.int64)),
         pa.array(store_ts),
@@ -638,12 +591,12 @@ def records_to_batch(buf, seg: Segment, recs: np.ndarray) -> pa.RecordBatch:
         store_host, pa.array(store_port),
         pa.array(after["reconsume_times"].astype(np.int32)),
         pa.array(after["prepared_tx_offset"].astype(np.int64)),
-        pa.array(recs[:, REC_BODY_LEN].astype(np.int32)),
+        pa.array(recs[:, L.REC_BODY_LEN].astype(np.int32)),
         pa.array(pre["body_crc"].astype(np.int32)),
-        _strings(u8, recs, REC_KEYS_POS, REC_KEYS_LEN),
-        _strings(u8, recs, REC_UNIQ_POS, REC_UNIQ_LEN),
-        _strings(u8, recs, REC_TAGS_POS, REC_TAGS_LEN),
-        _strings(u8, recs, REC_PROPS_POS, REC_PROPS_LEN),
+        _strings(u8, recs, L.REC_KEYS_POS, L.REC_KEYS_LEN),
+        _strings(u8, recs, L.REC_UNIQ_POS, L.REC_UNIQ_LEN),
+        _strings(u8, recs, L.REC_TAGS_POS, L.REC_TAGS_LEN),
+        _strings(u8, recs, L.REC_PROPS_POS, L.REC_PROPS_LEN),
     ], schema=MESSAGE_SCHEMA)
 
 
@@ -655,7 +608,7 @@ def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     return records_to_batch(buf, seg, recs), stop
 
 
-def _release(buf, lo: int, hi: int) -> None:
+def release_pages(buf, lo: int, hi: int) -> None:
     """Drop a processed region of a mapped segment from this process's resident memory.
 
     The pages stay in the page cache; without this, reading a 1 GiB segment through one mapping
@@ -668,130 +621,3 @@ def _release(buf, lo: int, hi: int) -> None:
         hi = (hi // page) * page
         if hi > lo:
             buf.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-
-
-class RangeReader:
-    """Reads the records that start in one :class:`SegmentRange`, in batches.
-
-    Iterate it for message RecordBatches, or call :meth:`record_chunks` for the records arrays (what
-    :func:`rocketidx.entries.entries_from_records` takes). Afterwards ``stop`` says where reading ended.
-    ``buf`` holds the whole segment (``bytes`` or ``mmap``); a record that starts in the range may end
-    past it. ``native=None`` uses the compiled kernel when it is built.
-    """
-
-    def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True, batch_records: int = 65536,
-                 native: bool | None = None):
-        self.buf, self.range, self.check_crc, self.batch_records = buf, rng, check_crc, batch_records
-        self.native = native
-        self.stop: ReadStop | None = None
-        self.records = 0
-
-    def _chunks(self, scan):
-        seg, start, end = self.range.segment, self.range.start, self.range.end
-        first = find_first_record(self.buf, seg, start, end)
-        if first is None:
-            self.stop = ReadStop(seg.path, seg.base_offset, end if end < seg.size else seg.size,
-                                 STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
-                                 "no record starts in this range")
-            return
-        gen = scan(self.buf, seg, first, end, check_crc=self.check_crc, batch_records=self.batch_records,
-                   native=self.native)
-        released = first
-        while True:
-            try:
-                item = next(gen)
-            except StopIteration as done:
-                self.stop = done.value
-                return
-            recs = item[0] if isinstance(item, tuple) else item
-            self.records += len(recs)
-            yield item
-            last_end = int(recs[-1, REC_POS] + recs[-1, REC_TOTAL])
-            _release(self.buf, released, last_end)
-            released = last_end
-
-    def record_chunks(self) -> Iterator[np.ndarray]:
-        """Records arrays, ``batch_records`` rows at most each."""
-        return self._chunks(scan_records)
-
-    def entry_chunks(self) -> Iterator[tuple[np.ndarray, pa.RecordBatch]]:
-        """(records array, entries batch) pairs: what the build needs, in one pass with the kernel."""
-        return self._chunks(scan_entry_chunks)
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for recs in self.record_chunks():
-            yield records_to_batch(self.buf, self.range.segment, recs)
-
-
-def open_segment(seg: Segment):
-    """The segment's bytes as a read-only mmap (an empty file gives empty bytes)."""
-    import mmap
-    with open(seg.path, "rb") as f:
-        if seg.size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-
-
-def read_segment(seg: Segment, *, check_crc: bool = True, start: int = 0, end: int | None = None,
-                 batch_records: int = 65536, native: bool | None = None) -> tuple[pa.Table, ReadStop]:
-    """Convenience: the records of a segment (or a range of it) as one table, and the stop."""
-    buf = open_segment(seg)
-    reader = RangeReader(buf, SegmentRange(seg, start, seg.size if end is None else end),
-                         check_crc=check_crc, batch_records=batch_records, native=native)
-    batches = list(reader)
-    return pa.Table.from_batches(batches, MESSAGE_SCHEMA), reader.stop
-
-
-def read_commitlog(segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536
-                   ) -> "CommitLogReader":
-    return CommitLogReader(segments, check_crc=check_crc, batch_records=batch_records)
-
-
-class CommitLogReader:
-    """Reads segments in order as the broker's recovery does; ``stop`` is where reading ended for good.
-
-    Iterate it for message batches, or use :meth:`record_chunks` for (segment, buffer, records array).
-    ``stops`` lists every segment's stop (blank records included), for the summary.
-    """
-
-    def __init__(self, segments: list[Segment], *, check_crc: bool = True, batch_records: int = 65536,
-                 native: bool | None = None, start_offset: int | None = None):
-        self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
-        self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
-        self.native = native
-        self.stop: ReadStop | None = None
-        self.stops: list[ReadStop] = []
-        self.records = 0
-        self.bytes_read = 0
-        self.segments_read = 0
-
-    def _chunks(self, entries: bool):
-        for seg in self.segments:
-            buf = open_segment(seg)
-            start = 0
-            if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
-                start = self.start_offset - seg.base_offset
-            reader = RangeReader(buf, SegmentRange(seg, start, seg.size), check_crc=self.check_crc,
-                                 batch_records=self.batch_records, native=self.native)
-            for item in (reader.entry_chunks() if entries else reader.record_chunks()):
-                recs = item[0] if entries else item
-                self.records += len(recs)
-                yield (seg, buf) + (item if entries else (item,))
-            self.segments_read += 1
-            self.stops.append(reader.stop)
-            self.bytes_read += reader.stop.segment_offset
-            self.stop = reader.stop
-            if reader.stop.final:
-                return
-
-    def record_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray]]:
-        """(segment, buffer, records array) in CommitLog order."""
-        return self._chunks(False)
-
-    def entry_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray, pa.RecordBatch]]:
-        """(segment, buffer, records array, entries batch) in CommitLog order."""
-        return self._chunks(True)
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for seg, buf, recs in self.record_chunks():
-            yield records_to_batch(buf, seg, recs)

@@ -34,7 +34,6 @@ import fcntl
 import json
 import logging
 import os
-import re
 import shutil
 import socket
 import time
@@ -43,10 +42,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
+from rocketidx.paths import is_uri, join_uri
 from rocketidx.windows import assign_file_names
 
 MANIFEST = "_manifest.json"
@@ -187,17 +186,6 @@ PUT_ATOMIC = frozenset({"s3", "gcs", "abfs"})
 # Between writing the lock object and reading it back: a second build that saw no lock just before our
 # write has this long to overwrite it, and then we see its owner and stop.
 LOCK_SETTLE_S = 1.0
-
-
-def is_uri(path: str | os.PathLike) -> bool:
-    """A path with a scheme (``hdfs://``, ``s3://``, ``file://``): opened through pyarrow.fs."""
-    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
-
-
-def join_uri(uri: str, *parts: str) -> str:
-    """``uri`` with ``parts`` appended to its path; a query (``?region=...``) stays at the end."""
-    u = urlsplit(uri)
-    return urlunsplit(u._replace(path="/".join([u.path.rstrip("/"), *parts])))
 
 
 @dataclass(frozen=True)

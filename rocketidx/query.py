@@ -55,9 +55,9 @@ def read_messages_at(commitlog, offsets: list[int], *, check_crc: bool = True):
     import numpy as np
     import pyarrow as pa
 
-    from rocketidx.messages import MESSAGE_SCHEMA, REC_BODY_LEN, REC_BODY_POS, check_records, open_segment, \
-        records_to_batch
-    from rocketidx.segments import list_segments
+    from rocketidx.layout import REC_BODY_LEN, REC_BODY_POS
+    from rocketidx.messages import MESSAGE_SCHEMA, check_records, records_to_batch
+    from rocketidx.segments import list_segments, open_segment
     segments = list_segments(commitlog)
     bases = [s.base_offset for s in segments]
     rows, previews = [], []

@@ -1,10 +1,12 @@
-"""CommitLog directory -> ordered segment refs, and byte-range splits of them.
+"""CommitLog directory -> ordered segment refs, and the bytes of one segment.
 
-In: a broker store directory (holding ``commitlog/``) or a CommitLog directory itself.
-Out: :class:`Segment` refs in offset order, and :class:`SegmentRange` splits of ``split_bytes``.
+In: a broker store directory (holding ``commitlog/``) or a CommitLog directory itself, as a local path or
+any URI pyarrow.fs opens. Out: :class:`Segment` refs in offset order; :class:`SegmentRange` names bytes
+``[start, end)`` of one of them; :func:`open_segment` maps a local segment read-only.
 Stays true: segments are named by their 20-digit base offset, all have one size, and each starts where
 the previous one ends; anything else is a :class:`StoreLayoutError` naming the file, because reading
-past a gap or a short segment would index offsets the broker can never serve.
+past a gap or a short segment would index offsets the broker can never serve. Local and remote
+directories are listed by one rule; only how the entries are read differs.
 """
 from __future__ import annotations
 
@@ -12,21 +14,23 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator, NamedTuple
 
 from rocketidx.errors import StoreLayoutError
+from rocketidx.paths import is_uri
 
 SEGMENT_NAME = re.compile(r"^\d{20}$")
 
 
 @dataclass(frozen=True)
 class Segment:
-    path: str
+    path: str  # local path, or URI
     base_offset: int
     size: int
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.path)
+        return self.path.rsplit("/", 1)[-1] if is_uri(self.path) else os.path.basename(self.path)
 
     @property
     def end_offset(self) -> int:
@@ -35,42 +39,73 @@ class Segment:
 
 @dataclass(frozen=True)
 class SegmentRange:
-    """Bytes ``[start, end)`` of a segment, in segment-relative offsets: read the records that START here."""
+    """Bytes ``[start, end)`` of a segment, in segment-relative offsets: read the records that START here.
+
+    ``index`` orders the ranges of one plan (:func:`rocketidx.splits.plan_splits`) in CommitLog order.
+    """
 
     segment: Segment
     start: int
     end: int
+    index: int = 0
 
 
-def resolve_commitlog_dir(path: str | os.PathLike) -> Path:
-    """Accept a store directory (with ``commitlog/``) or the CommitLog directory itself."""
+class _Entry(NamedTuple):
+    name: str
+    path: str  # as the caller will open it: a local path, or a URI
+    size: int
+    is_dir: bool
+
+
+def _local_entries(path: str) -> tuple[str, Iterator[_Entry]]:
     p = Path(path)
     if not p.exists():
         raise StoreLayoutError(str(p), "no such directory")
     if not p.is_dir():
         raise StoreLayoutError(str(p), "not a directory")
     if (p / "commitlog").is_dir():
-        return p / "commitlog"
-    return p
+        p = p / "commitlog"
+    return str(p), (_Entry(e.name, e.path, 0 if e.is_dir() else e.stat().st_size, e.is_dir())
+                    for e in os.scandir(p))
+
+
+def _uri_entries(uri: str) -> tuple[str, Iterator[_Entry]]:
+    import pyarrow.fs as pafs
+    fs, root = pafs.FileSystem.from_uri(uri)
+    # The URI up to its path: entries come back as filesystem paths and are named by URI again.
+    prefix = uri[: len(uri) - len(root)] if uri.endswith(root) else uri.split("://", 1)[0] + "://"
+    info = fs.get_file_info(root)
+    if info.type == pafs.FileType.NotFound:
+        raise StoreLayoutError(uri, "no such directory")
+    if info.type != pafs.FileType.Directory:
+        raise StoreLayoutError(uri, "not a directory")
+    sub = root.rstrip("/") + "/commitlog"
+    if fs.get_file_info(sub).type == pafs.FileType.Directory:
+        root = sub
+    entries = fs.get_file_info(pafs.FileSelector(root))
+    return prefix + root, (_Entry(e.base_name, e.path if e.path.startswith(prefix) else prefix + e.path,
+                                  0 if e.size is None else int(e.size), e.type == pafs.FileType.Directory)
+                           for e in entries)
 
 
 def list_segments(path: str | os.PathLike, *, from_offset: int | None = None,
                   to_offset: int | None = None) -> list[Segment]:
     """The CommitLog's segments in offset order, checked for names, equal sizes and gaps.
 
-    ``from_offset``/``to_offset`` keep only the segments overlapping that absolute offset range.
+    ``path`` is local, or a URI (the segments' ``path`` then keeps the URI). ``from_offset``/``to_offset``
+    keep only the segments overlapping that absolute offset range.
     """
-    d = resolve_commitlog_dir(path)
+    where, entries = _uri_entries(path) if is_uri(path) else _local_entries(str(path))
     segments: list[Segment] = []
-    for entry in sorted(os.scandir(d), key=lambda e: e.name):
-        if entry.is_dir():
+    for entry in sorted(entries, key=lambda e: e.name):
+        if entry.is_dir:
             continue
         if not SEGMENT_NAME.match(entry.name):
             raise StoreLayoutError(entry.path, "not a CommitLog segment (name must be a 20-digit "
                                                "base offset); move it out of the CommitLog directory")
-        segments.append(Segment(entry.path, int(entry.name), entry.stat().st_size))
+        segments.append(Segment(entry.path, int(entry.name), entry.size))
     if not segments:
-        raise StoreLayoutError(str(d), "no CommitLog segments found")
+        raise StoreLayoutError(where, "no CommitLog segments found")
     size = segments[0].size
     for prev, seg in zip(segments, segments[1:]):
         if prev.size != size:
@@ -92,12 +127,10 @@ def list_segments(path: str | os.PathLike, *, from_offset: int | None = None,
     return segments
 
 
-def plan_ranges(segments: list[Segment], split_bytes: int) -> list[SegmentRange]:
-    """Cut every segment into byte ranges of at most ``split_bytes`` (the last one shorter)."""
-    if split_bytes <= 0:
-        raise ValueError("split_bytes must be positive")
-    ranges = []
-    for seg in segments:
-        for start in range(0, seg.size, split_bytes):
-            ranges.append(SegmentRange(seg, start, min(seg.size, start + split_bytes)))
-    return ranges
+def open_segment(seg: Segment):
+    """A local segment's bytes as a read-only mmap (an empty file gives empty bytes)."""
+    import mmap
+    with open(seg.path, "rb") as f:
+        if seg.size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)

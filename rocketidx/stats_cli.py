@@ -20,7 +20,7 @@ import sys
 from datetime import datetime, timezone
 
 from rocketidx.errors import RocketIdxError
-from rocketidx.windows import parse_duration_ms
+from rocketidx.units import parse_duration_ms
 
 QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 

@@ -308,7 +308,8 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         _judge_chunk(taken, files, m_phy, e_phy, e_kh, e_ts, begins, lo, hi, open_start, open_end,
                      window_ms, window_ids, sink)
 
-    from rocketidx.messages import REC_PHY, CommitLogReader
+    from rocketidx.layout import REC_PHY
+    from rocketidx.splits import CommitLogReader
     from rocketidx.segments import list_segments
     segs = list_segments(commitlog, from_offset=lo, to_offset=hi + 1)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=lo)

@@ -9,7 +9,6 @@ milliseconds that make it sort after its predecessor (the broker sorts its index
 """
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
@@ -27,22 +26,6 @@ class FileNameError(RocketIdxError):
 
     def __str__(self) -> str:
         return f"store timestamp {self.ms} of a file's first entry: {self.reason}"
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
-
-
-def parse_duration_ms(text: str | int, option: str = "duration") -> int:
-    """``1h``, ``15m``, ``90s``, ``250ms``, ``2d`` or a bare number of ms; ``0`` means one window."""
-    if isinstance(text, int):
-        if text < 0:
-            raise ConfigError(option, text, "must not be negative")
-        return text
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ConfigError(option, text, "expected a duration like 1h, 15m, 90s, 250ms or 0")
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
-
 
 def assign_windows(store_timestamp_ms: np.ndarray, window_ms: int) -> np.ndarray:
     """Window id of every timestamp: ``floorDiv(ts, window_ms)``, or 0 everywhere for one window."""

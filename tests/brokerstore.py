@@ -12,9 +12,9 @@ from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.entries import extract_entry_keys
 from rocketidx.generate import GenConfig, generate_store
-from rocketidx.messages import CommitLogReader
 from rocketidx.query import open_index, query_offsets
 from rocketidx.segments import list_segments
+from rocketidx.splits import CommitLogReader
 
 SLOTS, ITEMS = 1009, 3000
 

@@ -8,7 +8,7 @@ from refdata import (EXTERNAL, GOLDEN, GOLDEN_CASES, ROOT, SHARED, expected_file
 
 
 def _reader_native_params():
-    from rocketidx.messages import native_available
+    from rocketidx.native import native_available
     return [pytest.param(False, id="numpy"),
             pytest.param(True, id="native", marks=pytest.mark.skipif(
                 not native_available(), reason="rocketidx._native is not built"))]

@@ -36,11 +36,11 @@ from pathlib import Path
 from rocketidx.build import BuildSummary, manifest_header
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
-from rocketidx.output import (RemoteOutput, RemoteStaging, commit, join_uri, new_staging,
-                              output_lock)
-from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, RangeInfo, ResolvedStops, SourceOptions,
-                                    is_uri, list_store_segments, plan_partitions, register, resolve_stops,
-                                    resolved_whole)
+from rocketidx.output import RemoteOutput, RemoteStaging, commit, new_staging, output_lock
+from rocketidx.paths import is_uri, join_uri
+from rocketidx.segments import list_segments
+from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
+from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, ResolvedStops, plan_splits, resolve_stops
 from rocketidx.spark.writer import TASKS_DIR, WRITER_ROWS, WriterParams, write_partition
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         raise ConfigError("split_bytes", split_bytes, "must be positive")
     if shuffle_partitions is not None and shuffle_partitions < 1:
         raise ConfigError("shuffle_partitions", shuffle_partitions, "must be positive")
-    segments = list_store_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
+    segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
     if spark is None:
         from rocketidx.spark.session import get_session
         spark = get_session(master=master)
@@ -211,7 +211,7 @@ def _run(spark, opts: SourceOptions, staging: Path | RemoteStaging, config: Buil
     """
     location = staging.uri if remote else str(staging)
     for _ in range(2):
-        parts = plan_partitions(segments, opts)
+        parts = plan_splits(segments, opts)
         if not parts:
             return [], resolve_stops([]), 0
         params = WriterParams(location, config.hash_slot_num, config.index_num, config.window_ms, len(parts))
@@ -237,7 +237,7 @@ def _run(spark, opts: SourceOptions, staging: Path | RemoteStaging, config: Buil
         log.warning("splits disagree on where records start (%s); rereading those segments as one split",
                     "; ".join(map(str, resolved.chain_breaks)))
         _remove_tasks(staging, remote)
-        opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
+        opts = replace(opts, whole_segments=resolved.whole_segments(opts.whole_segments))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
 
 

@@ -15,12 +15,14 @@ import logging
 import os
 import sys
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from rocketidx.errors import ConfigError
-from rocketidx.spark.source import DEFAULT_SPLIT_BYTES, parse_size
+from rocketidx.splits import DEFAULT_SPLIT_BYTES
+from rocketidx.units import parse_size
 
 log = logging.getLogger(__name__)
 
@@ -115,48 +117,22 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     return spark
 
 
-def tune_python_worker() -> None:
-    """In a Python worker, once: make PySpark's per-task housekeeping cheap (called by every task).
-
-    Between tasks a reused worker runs ``importlib.invalidate_caches()`` and ``gc.collect()``. On
-    CPython 3.11 the first makes every ``zipimporter`` re-read its archive's directory (pyspark.zip's 16
-    package importers: ~0.3 s of CPU per task on the reference machine, more than reading a 64 MiB
-    split); the second walks every object numpy, pyarrow, pandas and pyspark created at import (0.06
-    to 0.2 s per task). An unchanged archive keeps its directory, and the objects alive now (modules,
-    their tables) are frozen out of the collector, so both cost milliseconds from the next task on.
-    """
-    import gc
-    import zipimport
-    cls = zipimport.zipimporter
-    if getattr(cls, "_rocketidx_stable", False):
-        return
-    reread = cls.invalidate_caches
-
-    def invalidate_caches(self) -> None:
+@contextmanager
+def spark_session(settings: SparkSettings | None = None, spark=None) -> Iterator:
+    """A session for one command: ``spark`` if given, else the active one (a notebook's, a test's), else a
+    new one from ``settings``. Only a session made here is stopped on the way out, so a command run inside
+    a notebook leaves its session alone, and a spark-submit job stops its own before exiting (a cluster
+    would otherwise see its executors vanish mid-shutdown)."""
+    from pyspark.sql import SparkSession
+    settings = settings or SparkSettings()
+    if spark is None and SparkSession.getActiveSession() is None:
+        spark = get_session(settings.master, settings.conf)
         try:
-            st = os.stat(self.archive)
-            stamp = (st.st_mtime_ns, st.st_size)
-        except OSError:
-            stamp = None
-        if stamp is not None and getattr(self, "_rocketidx_stamp", None) == stamp:
-            return
-        reread(self)
-        self._rocketidx_stamp = stamp
-
-    cls.invalidate_caches = invalidate_caches
-    cls._rocketidx_stable = True
-    # This task's setup has just re-read every archive: stamp them, so the next task is already free.
-    for finder in list(sys.path_importer_cache.values()):
-        if isinstance(finder, cls):
-            try:
-                st = os.stat(finder.archive)
-                finder._rocketidx_stamp = (st.st_mtime_ns, st.st_size)
-            except OSError:
-                pass
-    import numpy  # noqa: F401 - imported before freezing, so its objects are frozen too
-    import pyarrow  # noqa: F401
-    gc.collect()
-    gc.freeze()
+            yield spark
+        finally:
+            spark.stop()
+        return
+    yield spark if spark is not None else get_session(settings.master, settings.conf)
 
 
 def build_py_files(dest_dir: str | os.PathLike) -> Path:

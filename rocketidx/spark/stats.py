@@ -165,7 +165,7 @@ class IndexSourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "IndexSourceOptions":
-        from rocketidx.windows import parse_duration_ms
+        from rocketidx.units import parse_duration_ms
         opts = {str(k).lower(): v for k, v in dict(options).items()}
         path = opts.get("path")
         if not path:
@@ -266,7 +266,7 @@ def plan_index_partitions(opts: IndexSourceOptions) -> list:
 
 def _worker_setup() -> None:
     """Per-task set-up every rocketidx Spark task does (:func:`rocketidx.spark.session.tune_python_worker`)."""
-    from rocketidx.spark.session import tune_python_worker
+    from rocketidx.spark.worker import tune_python_worker
     tune_python_worker()
 
 
@@ -399,10 +399,11 @@ def _from_ipc(blob: bytes) -> pa.Table:
 def commitlog_task(batches: Iterator[pa.RecordBatch], *, ranges: list, bucket_ms: int, key_filter: bytes,
                    parts: int, phy_range: tuple[int, int], check_crc: bool) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over range numbers: each CommitLog byte range read by the core's
-    :class:`rocketidx.messages.RangeReader`, reduced to one :data:`COMMITLOG_ROWS` row (nothing per message
+    :class:`rocketidx.splits.RangeReader`, reduced to one :data:`COMMITLOG_ROWS` row (nothing per message
     leaves the task)."""
     _worker_setup()
-    from rocketidx.messages import RangeReader, open_segment
+    from rocketidx.segments import open_segment
+    from rocketidx.splits import RangeReader
     flt = np.frombuffer(key_filter, np.uint8)
     for ids in batches:
         for i in ids.column("id").to_pylist():
@@ -438,9 +439,10 @@ def _commitlog_row(tbs: list[pa.Table], kts: list[pa.Table], parts: int) -> pa.R
 def commitlog_ranges(commitlog: str, lo: int, hi: int, split_bytes: int) -> list:
     """The byte ranges (:class:`rocketidx.segments.SegmentRange`) where the records of offsets
     ``[lo, hi]`` start."""
-    from rocketidx.segments import list_segments, plan_ranges
+    from rocketidx.segments import list_segments
+    from rocketidx.splits import SplitSpec, plan_splits
     segments = list_segments(commitlog, from_offset=lo, to_offset=hi + 1)
-    return [r for r in plan_ranges(segments, split_bytes)
+    return [r for r in plan_splits(segments, SplitSpec(split_bytes=split_bytes))
             if r.segment.base_offset + r.end > lo and r.segment.base_offset + r.start <= hi]
 
 

@@ -63,8 +63,8 @@ import pyarrow as pa
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.indexfile import IndexFile, time_diffs
-from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, SourceOptions, register,
-                                    resolve_split_stops, resolved_whole)
+from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register, resolve_split_stops
+from rocketidx.splits import DEFAULT_SPLIT_BYTES
 from rocketidx.spark.stats import pack, typed_task_errors
 from rocketidx.verify import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, check_structure
 
@@ -152,7 +152,7 @@ def _spark_schema(schema: pa.Schema):
 
 
 def _task_setup() -> None:
-    from rocketidx.spark.session import tune_python_worker
+    from rocketidx.spark.worker import tune_python_worker
     tune_python_worker()
 
 
@@ -228,7 +228,7 @@ def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int
                  ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over the source's ``shuffle`` rows (entries already packed per decoded batch): the
     entries of messages in ``[lo, hi]`` as :data:`PACKED_ROWS`."""
-    from rocketidx.spark.source import iter_bundles
+    from rocketidx.bundles import iter_bundles
     _task_setup()
     for batch in batches:
         for bundle in iter_bundles(batch):
@@ -422,7 +422,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     with typed_task_errors():
         resolved = resolve_split_stops(spark, opts)
     opts = replace(opts, skip_offsets=tuple(sorted(set(resolved.skip_intervals))),
-                   whole_segments=resolved_whole(opts, resolved))
+                   whole_segments=resolved.whole_segments(opts.whole_segments))
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
     entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
         partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), _spark_schema(PACKED_ROWS))

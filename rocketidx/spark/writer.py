@@ -1,6 +1,6 @@
 """The mapInArrow IndexFile writer: one shuffle partition's sorted entries -> IndexFiles + manifest rows.
 
-In: a partition's Arrow batches of :data:`rocketidx.spark.source.SHUFFLE_ROWS`, sorted by
+In: a partition's Arrow batches of :data:`rocketidx.spark.source.SHUFFLE_ROWS` (core bundles plus info rows), sorted by
 ``(window nulls first, phy_offset)``: every split's info row first (the partitioner gives each writer
 partition its own copy), then the bundles of each window it owns, window after window; bundles of a
 window hold disjoint offset ranges, so that order is CommitLog order.
@@ -25,11 +25,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
+
+log = logging.getLogger(__name__)
 
 TASKS_DIR = "_tasks"  # under the staging version directory; emptied before the commit
 
@@ -78,7 +81,7 @@ class _Destination:
     mounted) path, else built in a local scratch directory and uploaded through pyarrow.fs."""
 
     def __init__(self, params: WriterParams, task_dir: str):
-        from rocketidx.spark.source import is_uri
+        from rocketidx.paths import is_uri
         self.remote = is_uri(params.staging)
         self.task_dir = task_dir
         if self.remote:
@@ -106,8 +109,8 @@ class _Destination:
         if self.remote:
             try:
                 self.fs.delete_dir(self.target)
-            except OSError:
-                pass
+            except OSError as e:  # the task is failing already: its own error is the one to report
+                log.warning("could not remove the failed task's files %s: %s", self.target, e)
 
     def close(self) -> None:
         if self.remote:
@@ -124,8 +127,9 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     from rocketidx import layout as L
     from rocketidx.errors import RocketIdxError
     from rocketidx.indexfile import WindowWriter
-    from rocketidx.spark.session import tune_python_worker
-    from rocketidx.spark.source import RangeInfo, iter_bundles, resolve_stops, skip_mask
+    from rocketidx.bundles import iter_bundles
+    from rocketidx.spark.worker import tune_python_worker
+    from rocketidx.splits import RangeInfo, resolve_stops, skip_mask
 
     tune_python_worker()
     usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -25,7 +25,7 @@ from rocketidx.indexfile import IndexFile
 from rocketidx.output import output_lock
 from rocketidx.spark.pipeline import build_index_spark
 
-from .splitread import core_read, same_build
+from splitread import core_read, same_build
 
 pytestmark = pytest.mark.spark
 

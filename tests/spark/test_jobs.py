@@ -22,7 +22,7 @@ from rocketidx.generate import GenConfig, generate_store
 from rocketidx.query import open_index, query_offsets
 from rocketidx.spark.session import build_py_files
 
-from .splitread import same_build
+from splitread import same_build
 
 pytestmark = pytest.mark.spark
 

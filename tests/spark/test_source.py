@@ -15,7 +15,7 @@ from refdata import GOLDEN, GOLDEN_CASES
 from rocketidx.messages import MESSAGE_SCHEMA
 from rocketidx.spark.source import SOURCE_NAME, STOP_ROWS, read_messages, spark_schema
 
-from .splitread import core_read
+from splitread import core_read
 
 pytestmark = pytest.mark.spark
 

@@ -17,10 +17,11 @@ from refdata import GOLDEN
 
 from rocketidx.entries import extract_entries
 from rocketidx.spark.pipeline import entries_frame, partition_entries, partition_keys
-from rocketidx.spark.source import SOURCE_NAME, SourceOptions, iter_bundles
+from rocketidx.bundles import iter_bundles
+from rocketidx.spark.source import SOURCE_NAME, SourceOptions
 from rocketidx.windows import assign_windows
 
-from .splitread import core_read
+from splitread import core_read
 
 pytestmark = pytest.mark.spark
 

@@ -21,8 +21,8 @@ from refdata import GOLDEN, golden_params, load_case
 from unit.test_verify import G3, ITEMS, SLOTS, config_for, item_at, kinds_at
 
 from rocketidx.build import build_index
-from rocketidx.messages import CommitLogReader, read_segment
 from rocketidx.segments import list_segments
+from rocketidx.splits import CommitLogReader, read_segment
 from rocketidx.spark.verify import verify_index_spark
 from rocketidx.verify import MAX_LISTED_PER_KIND, VerifyReport, open_for_verify, verify_index
 

@@ -186,7 +186,7 @@ def test_golden_key_counts_merge_to_a_counter(name, parts):
 
 @golden
 def test_golden_true_collisions_and_topics_from_the_commitlog(name):
-    from rocketidx.messages import CommitLogReader
+    from rocketidx.splits import CommitLogReader
     from rocketidx.segments import list_segments
     case = golden_case(name)
     tbs, kts = [], []

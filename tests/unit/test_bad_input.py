@@ -16,9 +16,10 @@ from rocketidx import cli
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, RocketIdxError, StoreLayoutError
-from rocketidx.messages import MESSAGE_SCHEMA, CommitLogReader
+from rocketidx.messages import MESSAGE_SCHEMA
 from rocketidx.query import open_index
 from rocketidx.segments import list_segments
+from rocketidx.splits import CommitLogReader
 
 SMALL = BuildConfig(hash_slot_num=11, index_num=8, window_ms=0, timezone="UTC")
 

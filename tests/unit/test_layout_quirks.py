@@ -19,8 +19,8 @@ from rocketidx import layout as L
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.indexfile import IndexFile, WindowWriter, query_offsets
-from rocketidx.messages import CommitLogReader
 from rocketidx.segments import list_segments
+from rocketidx.splits import CommitLogReader
 from rocketidx.windows import assign_file_names, render_name
 
 T = 1_700_000_000_000

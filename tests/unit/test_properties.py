@@ -29,8 +29,10 @@ from rocketidx.config import BuildConfig
 from rocketidx.entries import entries_from_records, extract_entries
 from rocketidx.errors import RocketIdxError
 from rocketidx.indexfile import IndexFile, WindowWriter, query_offsets
-from rocketidx.messages import MESSAGE_SCHEMA, CommitLogReader, RangeReader, native_available
+from rocketidx.messages import MESSAGE_SCHEMA
+from rocketidx.native import native_available
 from rocketidx.segments import Segment, SegmentRange, list_segments
+from rocketidx.splits import CommitLogReader, RangeReader
 
 PROFILE = dict(deadline=None, derandomize=True, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

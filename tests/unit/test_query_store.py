@@ -10,9 +10,9 @@ from refdata import GOLDEN
 from rocketidx.build import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
-from rocketidx.messages import CommitLogReader
 from rocketidx.query import message_has_key, read_messages_at
 from rocketidx.segments import list_segments
+from rocketidx.splits import CommitLogReader
 
 G2 = GOLDEN / "g2-unicode-collisions-v2-ipv6"
 

@@ -13,7 +13,7 @@ from refdata import GOLDEN, load_case
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
-from rocketidx.spark.source import SourceOptions, list_store_segments, plan_partitions, read_split
+from rocketidx.spark.source import SourceOptions, plan_partitions, read_split
 from rocketidx.spark.writer import WriterParams, write_partition
 
 G1 = GOLDEN / "g1-basic-hourly"
@@ -22,7 +22,7 @@ G1 = GOLDEN / "g1-basic-hourly"
 def shuffle_rows(case, config: BuildConfig, split: int) -> tuple[pa.Table, int]:
     """What the shuffle would hand one writer partition holding every window: all rows, sorted."""
     opts = SourceOptions(path=str(case), output="shuffle", split_bytes=split, window_ms=config.window_ms)
-    parts = plan_partitions(list_store_segments(str(case)), opts)
+    parts = plan_partitions(opts)
     t = pa.Table.from_batches([b for p in parts for b in read_split(p, opts)])
     info = t.filter(pc.is_null(t["window"]))
     msgs = t.filter(pc.is_valid(t["window"])).sort_by([("window", "ascending"), ("phy_offset", "ascending")])

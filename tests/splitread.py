@@ -1,5 +1,6 @@
-"""Helpers shared by the Spark tests: the core's sequential reading (the oracle), the source's splits
-read one by one in this process (no JVM), and build comparisons."""
+"""Helpers shared by the split and Spark tests: the core's sequential reading (the oracle), the core's
+splits read one by one and stitched by their stops (what Spark's tasks do, without a JVM), and build
+comparisons."""
 from __future__ import annotations
 
 import filecmp
@@ -10,10 +11,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rocketidx.messages import MESSAGE_SCHEMA, CommitLogReader
+from rocketidx.messages import MESSAGE_SCHEMA, records_to_batch
 from rocketidx.segments import list_segments
-from rocketidx.spark.source import (SourceOptions, list_store_segments, plan_partitions, read_split,
-                                    resolve_stops, resolved_whole, info_from_stop_row)
+from rocketidx.splits import CommitLogReader, SplitSpec, plan_splits, read_split, resolve_stops
 
 
 def core_read(store) -> tuple[pa.Table, CommitLogReader]:
@@ -22,26 +22,34 @@ def core_read(store) -> tuple[pa.Table, CommitLogReader]:
     return pa.Table.from_batches(list(reader), MESSAGE_SCHEMA), reader
 
 
-def split_read(store, **options):
+def _info(split, spec: SplitSpec):
+    reading = read_split(split, spec, chunks=False)
+    while True:
+        try:
+            next(reading)
+        except StopIteration as done:
+            return done.value
+
+
+def split_read(store, **spec):
     """The two-pass ``read_messages`` done in this process, split after split: (table, resolved, rereads).
 
-    ``rereads`` counts the passes that found splits disagreeing (then read those segments whole).
+    ``spec``: :class:`SplitSpec` fields. ``rereads`` counts the passes that found splits disagreeing
+    (then read those segments whole).
     """
-    opts = SourceOptions.parse(dict({k: str(v) for k, v in options.items()}, path=str(store)))
-    segments = list_store_segments(opts.path, from_offset=opts.from_offset, to_offset=opts.to_offset)
+    spec = SplitSpec(**spec)
+    segments = list_segments(str(store), from_offset=spec.from_offset, to_offset=spec.to_offset)
     rereads = 0
     while True:
-        stops = replace(opts, output="stops")
-        rows = [b.to_pylist()[0] for p in plan_partitions(segments, stops) for b in read_split(p, stops)]
-        resolved = resolve_stops(info_from_stop_row(r) for r in rows)
+        resolved = resolve_stops(_info(s, spec) for s in plan_splits(segments, spec))
         if not resolved.chain_breaks:
             break
         rereads += 1
         assert rereads < 2, resolved.chain_breaks
-        opts = replace(opts, whole_segments=resolved_whole(opts, resolved))
-    final = replace(opts, output="messages", skip_offsets=tuple(sorted(set(opts.skip_offsets)
-                                                                        | set(resolved.skip_intervals))))
-    batches = [b for p in plan_partitions(segments, final) for b in read_split(p, final)]
+        spec = replace(spec, whole_segments=resolved.whole_segments(spec.whole_segments))
+    final = replace(spec, skip_offsets=tuple(sorted(set(spec.skip_offsets) | set(resolved.skip_intervals))))
+    batches = [records_to_batch(c.buf, c.segment, c.recs) for s in plan_splits(segments, final)
+               for c in read_split(s, final)]
     return pa.Table.from_batches(batches, MESSAGE_SCHEMA), resolved, rereads
 
 

@@ -1,6 +1,6 @@
-"""Splits stitched by ``resolve_stops`` read exactly what the broker's recovery reads (no JVM needed).
+"""Splits stitched by ``resolve_stops`` read exactly what the broker's recovery reads (the core, no JVM).
 
-Each split is read on its own, as a Spark task would; the stops of all splits then decide which records
+Each split is read on its own by :func:`rocketidx.splits.read_split`, as a Spark task does; the stops of all splits then decide which records
 count. For every scenario of the shared registry (invalid records, zero tails, blanks, torn records) and
 every golden case, at split sizes that put boundaries inside records, the stitched rows, the final stop,
 the per-segment stops and the bytes read equal the core's sequential reader.
@@ -15,11 +15,10 @@ from hypothesis import strategies as st
 
 from refdata import GOLDEN_CASES
 from scenarios import BASIC, SCENARIOS, Rec, Scenario, Seg, lay_segment, props, write_segments
-from .splitread import core_read, split_read
+from splitread import core_read, split_read
 
-from rocketidx.errors import ConfigError
-from rocketidx.spark.source import (RangeInfo, SourceOptions, list_store_segments, parse_size, parse_time_ms,
-                                    plan_partitions, resolve_stops)
+from rocketidx.segments import list_segments
+from rocketidx.splits import RangeInfo, SplitSpec, plan_splits, resolve_stops
 
 SPLITS = [16, 61, 256, 1000, 4096]
 
@@ -103,7 +102,7 @@ def test_offset_and_time_filters_keep_exactly_the_records_in_range(tmp_path):
     got, _, _ = split_read(store, split_bytes=100, from_offset=lo, to_offset=hi)
     assert got.to_pylist() == [r for r in rows if lo <= r["phy_offset"] < hi]
     t_lo, t_hi = 1_700_000_001_000, 1_700_000_004_000
-    got, _, _ = split_read(store, split_bytes=100, from_time=t_lo, to_time="2023-11-14T22:13:24Z")
+    got, _, _ = split_read(store, split_bytes=100, from_time_ms=t_lo, to_time_ms=t_hi)
     assert got.to_pylist() == [r for r in rows if t_lo <= r["store_timestamp_ms"] < t_hi]
 
 
@@ -121,36 +120,15 @@ def test_resolve_stops_reports_a_split_that_finds_no_record_where_the_chain_cont
     assert [(b.expected, b.found) for b in resolved.chain_breaks] == [(150, None), (150, 220)]
 
 
-@pytest.mark.parametrize("options, option", [
-    ({"output": "bytes"}, "output"), ({"split_bytes": "0"}, "split_bytes"), ({"split_bytes": "1x"}, "split_bytes"),
-    ({"check_crc": "maybe"}, "check_crc"), ({"from_offset": "-1"}, "from_offset"),
-    ({"from_offset": "10", "to_offset": "5"}, "to_offset"), ({"from_time": "yesterday"}, "from_time"),
-    ({"window": "1 fortnight"}, "window"), ({"batch_records": "0"}, "batch_records"),
-    ({"skip_offsets": "9-3"}, "skip_offsets"), ({}, "path"),
-])
-def test_bad_options_raise_config_error_naming_the_option(options, option):
-    with pytest.raises(ConfigError) as e:
-        SourceOptions.parse(dict({"path": "/store"} if option != "path" else {}, **options))
-    assert e.value.option == option
-
-
-def test_options_parse_back_from_their_strings():
-    o = SourceOptions.parse({"path": "/s", "split_bytes": "64k", "from_time": "2023-11-14T22:13:20Z",
-                             "window": "15m", "whole_segments": "4096,0", "skip_offsets": "10-20"})
-    assert (o.split_bytes, o.from_time_ms, o.window_ms, o.whole_segments) == (65536, 1_700_000_000_000, 900_000, (0, 4096))
-    assert SourceOptions.parse(o.as_options()) == o
-    assert parse_size("128m", "x") == 128 * 1024**2 and parse_time_ms("1700000000000", "x") == 1_700_000_000_000
-
-
 def test_plan_covers_every_byte_once_and_clips_to_the_offset_range(tmp_path):
     store = Scenario("two", (Seg(tuple(_records(3))), Seg(tuple(_records(3))))).write(tmp_path / "s")
-    segs = list_store_segments(str(store))
-    parts = plan_partitions(segs, SourceOptions(path=str(store), split_bytes=1000))
-    assert [(p.base_offset, p.start, p.end) for p in parts][:5] == [(0, 0, 1000), (0, 1000, 2000), (0, 2000, 3000),
-                                                                  (0, 3000, 4000), (0, 4000, 4096)]
-    parts = plan_partitions(segs, SourceOptions(path=str(store), split_bytes=1000, from_offset=4000,
-                                                to_offset=5000, whole_segments=(4096,)))
-    assert [(p.base_offset, p.start, p.end) for p in parts] == [(0, 4000, 4096), (4096, 0, 904)]
+    segs = list_segments(str(store))
+    parts = plan_splits(segs, SplitSpec(split_bytes=1000))
+    assert [(p.segment.base_offset, p.start, p.end) for p in parts][:5] == [
+        (0, 0, 1000), (0, 1000, 2000), (0, 2000, 3000), (0, 3000, 4000), (0, 4000, 4096)]
+    assert [p.index for p in parts] == list(range(len(parts)))
+    parts = plan_splits(segs, SplitSpec(split_bytes=1000, from_offset=4000, to_offset=5000, whole_segments=(4096,)))
+    assert [(p.segment.base_offset, p.start, p.end) for p in parts] == [(0, 4000, 4096), (4096, 0, 904)]
 
 
 def test_remote_uri_reads_through_pyarrow_fs_like_the_local_path(tmp_path):
