@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -23,7 +22,7 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError
 from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
-from rocketidx.output import MANIFEST_VERSION, commit, new_staging, output_lock
+from rocketidx.output import INDEX_DIR, MANIFEST_VERSION, LocalOutput
 from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
 from rocketidx.splits import CommitLogReader
@@ -114,9 +113,10 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
                                            "on Spark (rocketidx build without --in-process)")
     segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
-    with output_lock(out):
-        staging = new_staging(out)
-        windows = WindowSet(str(staging / "index"), config)
+    output = LocalOutput(out)
+    with output.lock():
+        staging = output.new_staging()
+        windows = WindowSet(os.path.join(staging.path, INDEX_DIR), config)
         try:
             reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
                                      native=native, start_offset=start_offset)
@@ -135,7 +135,7 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
             files = windows.close()
         except BaseException:
             windows.abort()
-            shutil.rmtree(staging, ignore_errors=True)
+            output.discard(staging)
             raise
         summary.bytes_read = reader.bytes_read
         summary.stop = reader.stop.as_dict() if reader.stop else None
@@ -147,9 +147,9 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         summary.wall_s = round(time.monotonic() - t0, 3)
         manifest = manifest_header(config, segments, summary)
         try:
-            manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
+            manifest = output.commit(staging, files, manifest, config.tzinfo, name_after=name_after)
         except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
+            output.discard(staging)
             raise
     return manifest, summary
 

@@ -36,6 +36,7 @@ import logging
 import os
 import shutil
 import socket
+import tempfile
 import time
 import uuid
 from contextlib import contextmanager
@@ -128,22 +129,27 @@ def order_files(files: list[FileInfo]) -> list[FileInfo]:
     return sorted(files, key=lambda f: (f.window_id, f.seq))
 
 
-def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifest: dict, tz,
-           name_after: str | None = None) -> dict:
+def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileInfo], manifest: dict, tz,
+           name_after: str | None = None, sources: dict[str, str] | None = None) -> dict:
     """Name the staged files, write the manifest, then point ``OUT/current`` at the new version.
 
-    ``files`` are the staged files (any order); ``manifest`` gets the ``files`` list added. Returns it.
+    ``files`` are the staged files in ``staging/index`` (any order), or wherever ``sources`` (staged name ->
+    path) says; ``manifest`` gets the ``files`` list added. Returns it. Anything else in the version
+    directory (task scratch directories) is removed before the commit point.
     """
-    out = Path(out)
+    out, staging = Path(out), Path(staging)
     files = order_files(files)
     names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
     rows = []
     for f, name in zip(files, names):
-        src = staging / INDEX_DIR / f.name
+        src = Path((sources or {}).get(f.name, staging / INDEX_DIR / f.name))
         if not src.exists():
             raise FileNotFoundError(f"staged index file missing: {src}")
         os.rename(src, staging / INDEX_DIR / name)
         rows.append(_manifest_row(f, name))
+    for extra in staging.iterdir():
+        if extra.name != INDEX_DIR:
+            shutil.rmtree(extra, ignore_errors=True)
     manifest = dict(manifest, files=rows)
     _write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     _fsync_dir(staging / INDEX_DIR)
@@ -179,6 +185,107 @@ def read_manifest(out: str | os.PathLike) -> dict | None:
     return json.loads(p.read_text())
 
 
+@dataclass(frozen=True)
+class Staging:
+    """A version directory being filled: its path on the output's filesystem, and how tasks reach it
+    (``uri``: the URI of a remote output's version, the same path for a local one)."""
+
+    path: str
+    uri: str
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def where(self, *parts: str) -> str:
+        """A path under the version directory, as a user would be told it (URI or local path)."""
+        return join_uri(self.uri, *parts) if is_uri(self.uri) else os.path.join(self.uri, *parts)
+
+
+class LocalOutput:
+    """A build output on a local (or mounted) path: the local layout of the module docstring, behind the
+    same interface as :class:`RemoteOutput` (lock, new_staging, file_size, commit, discard, remove)."""
+
+    def __init__(self, out: str | os.PathLike):
+        self.out = Path(out)
+        self.uri = str(out)
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.out, *parts)
+
+    def lock(self):
+        return output_lock(self.out)
+
+    def new_staging(self) -> Staging:
+        staging = str(new_staging(self.out))
+        return Staging(staging, staging)
+
+    def file_size(self, path: str) -> int | None:
+        return os.stat(path).st_size if os.path.isfile(path) else None
+
+    def remove(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def discard(self, staging: Staging) -> None:
+        self.remove(staging.path)
+
+    def commit(self, staging: Staging, files: list[FileInfo], manifest: dict, tz, name_after: str | None = None,
+               sources: dict[str, str] | None = None) -> dict:
+        return commit(self.out, staging.path, files, manifest, tz, name_after=name_after, sources=sources)
+
+    def read_manifest(self) -> dict | None:
+        return read_manifest(self.out)
+
+
+def open_output(out: str | os.PathLike) -> "LocalOutput | RemoteOutput":
+    """The build output at ``out``: a local path, or any URI pyarrow.fs opens."""
+    return RemoteOutput.from_uri(str(out)) if is_uri(out) else LocalOutput(out)
+
+
+class TaskFiles:
+    """Where one task attempt writes its files under a version directory (``location``: its path or URI).
+
+    ``local`` is a directory on this machine to build the files in: the version directory itself when it
+    is a local (or mounted) path, else a scratch directory whose files :meth:`publish` uploads, because
+    HDFS and object stores cannot update a file in place.
+    """
+
+    def __init__(self, location: str, task_dir: str):
+        self.remote = RemoteOutput.from_uri(location) if is_uri(location) else None
+        if self.remote is None:
+            self.local = os.path.join(location, task_dir)
+            os.makedirs(self.local)
+            return
+        self.target = self.remote.path(task_dir)
+        self.remote.fs.create_dir(self.target, recursive=True)
+        base = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
+        self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=base)
+
+    def publish(self, names: list[str]) -> None:
+        """Make the closed files ``names`` (in :attr:`local`) visible at the task's location."""
+        if self.remote is None:
+            return
+        for name in names:
+            src = os.path.join(self.local, name)
+            with open(src, "rb") as f, self.remote.fs.open_output_stream(f"{self.target}/{name}") as out:
+                shutil.copyfileobj(f, out, 8 * 1024**2)
+            os.unlink(src)
+
+    def discard(self) -> None:
+        """Remove what this attempt wrote (it failed); a failure to remove is logged, not raised, as the
+        attempt's own error is the one to report."""
+        shutil.rmtree(self.local, ignore_errors=True)
+        if self.remote is not None:
+            try:
+                self.remote.remove(self.target)
+            except OSError as e:
+                log.warning("could not remove the failed task's files %s: %s", self.target, e)
+
+    def close(self) -> None:
+        if self.remote is not None:
+            shutil.rmtree(self.local, ignore_errors=True)
+
+
 # --- remote outputs (pyarrow.fs) -------------------------------------------------------------------
 
 # Object stores whose single PUT replaces an object atomically; elsewhere CURRENT goes through a move.
@@ -186,18 +293,6 @@ PUT_ATOMIC = frozenset({"s3", "gcs", "abfs"})
 # Between writing the lock object and reading it back: a second build that saw no lock just before our
 # write has this long to overwrite it, and then we see its owner and stop.
 LOCK_SETTLE_S = 1.0
-
-
-@dataclass(frozen=True)
-class RemoteStaging:
-    """A version directory being filled: its path on the output's filesystem and its URI (for executors)."""
-
-    path: str
-    uri: str
-
-    @property
-    def name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
 
 
 class RemoteOutput:
@@ -295,19 +390,19 @@ class RemoteOutput:
             raise StoreLayoutError(join_uri(self.uri, CURRENT_FILE), f"names {name!r}, not a version directory")
         return name
 
-    def new_staging(self) -> RemoteStaging:
+    def new_staging(self) -> Staging:
         """A fresh version directory; versions ``CURRENT`` does not name (crash leftovers) go first."""
         import pyarrow.fs as pafs
         self._check_layout()
         keep = self.current_version() or self._recover_current()
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
             if info.base_name.startswith(VERSION_PREFIX) and info.base_name != keep:
-                self.discard(RemoteStaging(info.path, join_uri(self.uri, info.base_name)))
+                self.discard(Staging(info.path, join_uri(self.uri, info.base_name)))
             elif info.base_name.startswith(CURRENT_FILE + ".tmp-"):
                 self.fs.delete_file(info.path)
         name = f"{VERSION_PREFIX}{uuid.uuid4().hex[:12]}"
         self.fs.create_dir(self.path(name, INDEX_DIR), recursive=True)
-        return RemoteStaging(self.path(name), join_uri(self.uri, name))
+        return Staging(self.path(name), join_uri(self.uri, name))
 
     def _recover_current(self) -> str | None:
         """``CURRENT`` back from a pointer move that was cut short, else None.
@@ -328,10 +423,20 @@ class RemoteOutput:
                 return name
         return None
 
-    def discard(self, staging: RemoteStaging) -> None:
+    def discard(self, staging: Staging) -> None:
         """Delete a version directory, if it is there."""
-        if self.exists(staging.path):
-            self.fs.delete_dir(staging.path)
+        self.remove(staging.path)
+
+    def remove(self, path: str) -> None:
+        """Delete a directory on the output's filesystem, if it is there."""
+        if self.exists(path):
+            self.fs.delete_dir(path)
+
+    def file_size(self, path: str) -> int | None:
+        """The size of a file on the output's filesystem; None when there is no such file."""
+        import pyarrow.fs as pafs
+        info = self.fs.get_file_info(path)
+        return int(info.size) if info.type == pafs.FileType.File else None
 
     def _write_current(self, version: str) -> None:
         data = (version + "\n").encode()
@@ -342,7 +447,7 @@ class RemoteOutput:
         self._put(tmp, data)
         self.fs.move(tmp, self.path(CURRENT_FILE))
 
-    def commit(self, staging: RemoteStaging, files: list[FileInfo], manifest: dict, tz,
+    def commit(self, staging: Staging, files: list[FileInfo], manifest: dict, tz,
                name_after: str | None = None, sources: dict[str, str] | None = None) -> dict:
         """Name the staged files, write the manifest, then point ``OUT/CURRENT`` at the new version.
 
@@ -363,6 +468,10 @@ class RemoteOutput:
             moves.append((src, f"{index}/{name}"))
         with ThreadPoolExecutor(MOVE_THREADS) as pool:
             list(pool.map(lambda m: self.move(*m), moves))  # list(): a failed move raises here
+        import pyarrow.fs as pafs
+        for info in self.fs.get_file_info(pafs.FileSelector(staging.path)):
+            if info.base_name != INDEX_DIR:  # task scratch directories: not part of the version
+                self.remove(info.path)
         rows = [_manifest_row(f, name) for f, name in zip(files, names)]
         manifest = dict(manifest, files=rows)
         self._put(f"{staging.path}/{MANIFEST}", (json.dumps(manifest, indent=2) + "\n").encode())
@@ -372,7 +481,7 @@ class RemoteOutput:
         self._write_current(staging.name)  # the commit point
         self._put(self.path(SUCCESS), b"")
         if previous and previous != staging.name:
-            self.discard(RemoteStaging(self.path(previous), join_uri(self.uri, previous)))
+            self.discard(Staging(self.path(previous), join_uri(self.uri, previous)))
         return manifest
 
     def index_path(self) -> str | None:

@@ -27,17 +27,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 from rocketidx.build import BuildSummary, manifest_header
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
-from rocketidx.output import RemoteOutput, RemoteStaging, commit, new_staging, output_lock
-from rocketidx.paths import is_uri, join_uri
+from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
 from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, ResolvedStops, plan_splits, resolve_stops
@@ -125,7 +122,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     """
     t0 = time.monotonic()
     commitlog, out = str(commitlog), str(out)
-    remote = RemoteOutput.from_uri(out) if is_uri(out) else None
+    output = open_output(out)
     if start_offset is not None:
         if from_offset is not None and from_offset != start_offset:
             raise ConfigError("start_offset", start_offset, f"differs from from_offset {from_offset}")
@@ -146,11 +143,11 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                          split_bytes=split_bytes, batch_records=config.batch_records,
                          window_ms=config.window_ms, stop_replicas=n, skip_entries=skip_entries)
     summary = BuildSummary(segments=len(segments))
-    with remote.lock() if remote else output_lock(out):
-        staging = remote.new_staging() if remote else new_staging(out)
+    with output.lock():
+        staging = output.new_staging()
         try:
             t_job = time.monotonic()
-            rows, resolved, splits = _run(spark, opts, staging, config, n, segments, remote)
+            rows, resolved, splits = _run(spark, opts, output, staging, config, n, segments)
             t_job = time.monotonic() - t_job
             if resolved.stop and resolved.stop["kind"] == "corrupt":
                 log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
@@ -158,7 +155,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                             resolved.stop["phy_offset"], resolved.stop["reason"])
             t_commit = time.monotonic()
             files, windows, skipped = validate(rows, resolved, config)
-            sources = stage_files(staging, rows, files, remote)
+            sources = locate_files(output, staging, rows, files)
             summary.bytes_read = resolved.bytes_read
             summary.messages = resolved.messages
             summary.messages_indexed = resolved.indexed
@@ -177,18 +174,10 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                        if v is not None}
             if filters:  # only then: an unfiltered build's manifest equals the in-process one
                 manifest["filters"] = filters
-            if remote:
-                manifest = remote.commit(staging, files, manifest, config.tzinfo, name_after=name_after,
-                                         sources=sources)
-                _remove_tasks(staging, remote)  # what failed or speculative attempts left
-            else:
-                manifest = commit(out, staging, files, manifest, config.tzinfo, name_after=name_after)
+            manifest = output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
             t_commit = time.monotonic() - t_commit
         except BaseException:
-            if remote:
-                remote.discard(staging)
-            else:
-                shutil.rmtree(staging, ignore_errors=True)
+            output.discard(staging)
             raise
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
     tasks = [r for r in rows if r["kind"] == "task"]
@@ -203,13 +192,13 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     return manifest, summary
 
 
-def _run(spark, opts: SourceOptions, staging: Path | RemoteStaging, config: BuildConfig, n: int, segments,
-         remote: RemoteOutput | None = None):
+def _run(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging: Staging, config: BuildConfig,
+         n: int, segments):
     """Run the job; when splits disagree on where records start, once more with those segments whole.
 
-    ``staging``: the version directory, a local path, or on ``remote`` (the tasks get its URI).
+    ``staging``: the version directory on ``output`` (the tasks get its ``uri``).
     """
-    location = staging.uri if remote else str(staging)
+    location = staging.uri
     for _ in range(2):
         parts = plan_splits(segments, opts)
         if not parts:
@@ -236,7 +225,7 @@ def _run(spark, opts: SourceOptions, staging: Path | RemoteStaging, config: Buil
             return rows, resolved, len(parts)
         log.warning("splits disagree on where records start (%s); rereading those segments as one split",
                     "; ".join(map(str, resolved.chain_breaks)))
-        _remove_tasks(staging, remote)
+        output.remove(f"{staging.path}/{TASKS_DIR}")
         opts = replace(opts, whole_segments=resolved.whole_segments(opts.whole_segments))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
 
@@ -317,44 +306,20 @@ def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
     return files, len(by_window), skipped
 
 
-def stage_files(staging: Path | RemoteStaging, rows: list[dict], files, remote: RemoteOutput | None = None
-                ) -> dict[str, str] | None:
-    """Move each validated file from its task directory to ``staging/index/<staging name>``; drop the
-    rest of ``_tasks`` (files of failed or speculative attempts that lost). With ``remote``, only check
-    each file's size and return where it is (staged name -> path): the commit moves it once, straight
-    to its final name, since a move on an object store copies the whole file."""
+def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], files) -> dict[str, str]:
+    """Where each validated file is (staged name -> path in its task directory), after checking it is there
+    with the size its writer reported. The commit moves each once, straight to its final name (a move on
+    an object store copies the whole file); files of failed or speculative attempts that lost stay in
+    ``_tasks``, which the commit removes."""
     task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
-    if remote:
-        return _check_remote(staging, task_of, files, remote)
-    for f in files:
-        task_dir, size = task_of[(f.window_id, f.seq)]
-        src = staging / task_dir / f.name
-        if not src.exists():
-            raise FileNotFoundError(f"staged index file missing: {src}")
-        if src.stat().st_size != size:
-            raise RocketIdxError(f"{src}: {src.stat().st_size} bytes, expected {size}")
-        os.rename(src, staging / "index" / f.name)
-    shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
-    return None
-
-
-def _check_remote(staging: RemoteStaging, task_of: dict, files, remote: RemoteOutput) -> dict[str, str]:
-    from pyarrow.fs import FileType
     sources = {}
     for f in files:
         task_dir, size = task_of[(f.window_id, f.seq)]
         src = f"{staging.path}/{task_dir}/{f.name}"
-        info = remote.fs.get_file_info(src)
-        if info.type != FileType.File:
-            raise FileNotFoundError(f"staged index file missing: {join_uri(staging.uri, task_dir, f.name)}")
-        if info.size != size:
-            raise RocketIdxError(f"{join_uri(staging.uri, task_dir, f.name)}: {info.size} bytes, expected {size}")
+        found = output.file_size(src)
+        if found is None:
+            raise FileNotFoundError(f"staged index file missing: {staging.where(task_dir, f.name)}")
+        if found != size:
+            raise RocketIdxError(f"{staging.where(task_dir, f.name)}: {found} bytes, expected {size}")
         sources[f.name] = src
     return sources
-
-
-def _remove_tasks(staging: Path | RemoteStaging, remote: RemoteOutput | None) -> None:
-    if remote is None:
-        shutil.rmtree(staging / TASKS_DIR, ignore_errors=True)
-    elif remote.exists(f"{staging.path}/{TASKS_DIR}"):
-        remote.fs.delete_dir(f"{staging.path}/{TASKS_DIR}")

@@ -22,17 +22,11 @@ Stays true:
 """
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import logging
 import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
-
-log = logging.getLogger(__name__)
 
 TASKS_DIR = "_tasks"  # under the staging version directory; emptied before the commit
 
@@ -65,7 +59,7 @@ WRITER_ROWS = pa.schema([
 class WriterParams:
     """What every writer task needs; small and picklable."""
 
-    staging: str  # the version directory (local path, or URI)
+    staging: str  # the version directory (local path, or URI): rocketidx.output.TaskFiles writes there
     hash_slot_num: int
     index_num: int
     window_ms: int
@@ -74,47 +68,6 @@ class WriterParams:
 
 def _rows(rows: list[dict]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=WRITER_ROWS)
-
-
-class _Destination:
-    """Where a task attempt's files go: straight into the staging directory when it is a local (or
-    mounted) path, else built in a local scratch directory and uploaded through pyarrow.fs."""
-
-    def __init__(self, params: WriterParams, task_dir: str):
-        from rocketidx.paths import is_uri
-        self.remote = is_uri(params.staging)
-        self.task_dir = task_dir
-        if self.remote:
-            import pyarrow.fs as pafs
-            self.fs, root = pafs.FileSystem.from_uri(params.staging)
-            self.target = root.rstrip("/") + "/" + task_dir
-            self.fs.create_dir(self.target, recursive=True)
-            base = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
-            self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=base)
-        else:
-            self.local = os.path.join(params.staging, task_dir)
-            os.makedirs(self.local)
-
-    def publish(self, names: list[str]) -> None:
-        if not self.remote:
-            return
-        for name in names:
-            src = os.path.join(self.local, name)
-            with open(src, "rb") as f, self.fs.open_output_stream(f"{self.target}/{name}") as out:
-                shutil.copyfileobj(f, out, 8 * 1024**2)
-            os.unlink(src)
-
-    def discard(self) -> None:
-        shutil.rmtree(self.local, ignore_errors=True)
-        if self.remote:
-            try:
-                self.fs.delete_dir(self.target)
-            except OSError as e:  # the task is failing already: its own error is the one to report
-                log.warning("could not remove the failed task's files %s: %s", self.target, e)
-
-    def close(self) -> None:
-        if self.remote:
-            shutil.rmtree(self.local, ignore_errors=True)
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> Iterator[pa.RecordBatch]:
@@ -127,6 +80,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     from rocketidx import layout as L
     from rocketidx.errors import RocketIdxError
     from rocketidx.indexfile import WindowWriter
+    from rocketidx.output import TaskFiles
     from rocketidx.bundles import iter_bundles
     from rocketidx.spark.worker import tune_python_worker
     from rocketidx.splits import RangeInfo, resolve_stops, skip_mask
@@ -194,7 +148,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                         raise RocketIdxError(f"writer partition {partition}: window {wid} arrived out of order; "
                                              "bundles must be sorted by (window, phy_offset)")
                     if dest is None:
-                        dest = _Destination(params, task_dir)
+                        dest = TaskFiles(params.staging, task_dir)
                     writer = WindowWriter(dest.local, wid, params.window_ms, params.hash_slot_num,
                                           params.index_num)
                 writer.add(*bundle.entries(keep))

@@ -1,28 +1,7 @@
-"""Fixtures of the statistics tests: the Spark tests' session-scoped ``spark`` fixture, and small stores.
-
-``spark`` is the one tests/spark/conftest.py defines (one local session for the whole run); a copy of
-it stands in only where that file is absent.
-"""
+"""Fixtures of the statistics tests: small stores (``spark`` is tests/conftest.py's one session)."""
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
-
-try:
-    from spark.conftest import spark  # noqa: F401  tests/ is on sys.path (tests/conftest.py is rootless)
-except ImportError:
-    @pytest.fixture(scope="session")
-    def spark():
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        from rocketidx.spark.session import get_session
-        session = get_session("local[2]", {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                                           "spark.sql.shuffle.partitions": "2",
-                                           "spark.sql.session.timeZone": "UTC"})
-        yield session
-        session.stop()
 
 
 @pytest.fixture(scope="session")

@@ -282,7 +282,7 @@ _DST_DAYS = [int(datetime(2023, 10, 29, tzinfo=UTC).timestamp() * 1000),   # Ber
              int(datetime(2023, 11, 5, 3, tzinfo=UTC).timestamp() * 1000)]  # St John's falls back
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None)
+@settings(max_examples=150)
 @given(zone=st.sampled_from(_ZONES), start=st.sampled_from(_DST_DAYS),
        steps=st.lists(st.one_of(st.integers(-5_000, 900_000), st.just(0), st.just(1)), min_size=1, max_size=40))
 def test_names_strictly_increase_for_any_first_timestamps_around_dst_changes(zone, start, steps):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from refdata import GOLDEN
@@ -34,9 +34,6 @@ from rocketidx.native import native_available
 from rocketidx.segments import Segment, SegmentRange, list_segments
 from rocketidx.splits import CommitLogReader, RangeReader
 
-PROFILE = dict(deadline=None, derandomize=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                      HealthCheck.function_scoped_fixture])
 NATIVES = [False, True] if native_available() else [False]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
 
@@ -54,7 +51,7 @@ def test_reference_hash_agrees_with_known_java_values():
     assert java_hash("😀") == 31 * 0xD83D + 0xDE00  # a surrogate pair: two code units
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=300)
 @given(strings=st.lists(unicode_text, max_size=30))
 def test_java_string_hash_equals_the_utf16_reference(strings):
     got = keys.java_string_hash(pa.array(strings, pa.string()))
@@ -62,7 +59,7 @@ def test_java_string_hash_equals_the_utf16_reference(strings):
     assert got.tolist() == [java_hash(s) for s in strings]
 
 
-@settings(max_examples=100, **PROFILE)
+@settings(max_examples=100)
 @given(strings=st.lists(st.one_of(st.none(), unicode_text), min_size=1, max_size=20),
        cut=st.integers(0, 20))
 def test_java_string_hash_of_sliced_large_and_null_holding_arrays(strings, cut):
@@ -74,7 +71,7 @@ def test_java_string_hash_of_sliced_large_and_null_holding_arrays(strings, cut):
     assert keys.java_string_hash(pa.chunked_array([arr, arr])).tolist() == expected * 2
 
 
-@settings(max_examples=200, **PROFILE)
+@settings(max_examples=200)
 @given(s=unicode_text)
 def test_scalar_hash_helpers_equal_the_reference(s):
     assert keys.java_string_hash_py(s) == java_hash(s)
@@ -97,7 +94,7 @@ def test_keys_built_to_hash_to_min_value_zero_and_negations_collide_as_the_broke
 
 
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
-@settings(max_examples=60, **PROFILE)
+@settings(max_examples=60)
 @given(topic=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8),
        pieces=st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters=" \x01\x02"),
                                max_size=8), max_size=6),
@@ -118,7 +115,7 @@ def test_entry_key_hashes_equal_the_reference_on_both_read_paths(native, topic, 
     assert got == expected
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=150)
 @given(topic=st.binary(min_size=1, max_size=6), keys_value=st.binary(max_size=24), uniq=st.binary(max_size=8))
 def test_entries_from_arbitrary_bytes_are_the_same_on_both_paths(topic, keys_value, uniq):
     """Malformed UTF-8 included: the compiled path must hash keys as the decoded message columns do."""
@@ -305,7 +302,7 @@ def write_window(directory: str, entries, hash_slot_num: int, index_num: int, cu
     return w, w.close()
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=250)
 @given(data=st.data(), hash_slot_num=st.integers(1, 7), index_num=st.integers(2, 6))
 def test_window_writer_files_equal_the_putkey_model_byte_for_byte(data, hash_slot_num, index_num):
     entries = data.draw(entry_stream(), label="entries")
@@ -328,7 +325,7 @@ def test_window_writer_files_equal_the_putkey_model_byte_for_byte(data, hash_slo
         assert w.entries == len(entries) - skipped
 
 
-@settings(max_examples=120, **PROFILE)
+@settings(max_examples=120)
 @given(data=st.data(), hash_slot_num=st.integers(1, 5), index_num=st.integers(2, 5),
        max_open=st.integers(1, 3))
 def test_window_set_keeps_every_window_equal_to_the_model_when_suspending(data, hash_slot_num, index_num,
@@ -388,7 +385,7 @@ def write_and_open(directory: str, stream, windows, hash_slot_num, index_num, wi
     return files, model
 
 
-@settings(max_examples=100, **PROFILE)
+@settings(max_examples=100)
 @given(data=st.data(), hash_slot_num=st.integers(1, 7), index_num=st.integers(2, 7))
 def test_query_answers_equal_the_queryoffset_model(data, hash_slot_num, index_num):
     stream = data.draw(keyed_stream(), label="stream")
@@ -406,7 +403,7 @@ def test_query_answers_equal_the_queryoffset_model(data, hash_slot_num, index_nu
             assert got == model_query(model, java_key_hash(f"T#{key}"), max_num, begin, end)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=150)
 @given(data=st.data(), hash_slot_num=st.integers(1, 7), index_num=st.integers(2, 7))
 def test_query_over_all_time_finds_every_entry_of_the_key_hash(data, hash_slot_num, index_num):
     """The simple case against a dict: every stored entry whose key hash equals the query's comes back."""
@@ -493,7 +490,7 @@ def _same_stop(a, b) -> bool:
     return a.reason.startswith("TOTALSIZE") and "-" in a.reason.rsplit("(", 1)[-1]
 
 
-@settings(max_examples=80, **PROFILE)
+@settings(max_examples=80)
 @given(seg=mutated_segment(), cuts=st.lists(st.integers(0, 2**20), max_size=2))
 def test_mutated_golden_segments_never_raise_anything_but_rocketidx_errors(seg, cuts):
     data, base = seg
@@ -509,7 +506,7 @@ def test_mutated_golden_segments_never_raise_anything_but_rocketidx_errors(seg, 
             assert _same_stop(s0, s1), (s0, s1)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=150)
 @given(data=st.binary(min_size=1, max_size=600), start=st.integers(0, 600), base=st.sampled_from([0, 4096, 2**33]))
 def test_random_bytes_never_raise_anything_but_rocketidx_errors(data, start, base):
     for native in NATIVES:
@@ -543,7 +540,7 @@ def record_soup(draw) -> bytes:
         assume(False)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=150)
 @given(data=record_soup(), cuts=st.lists(st.integers(0, 1024), max_size=2))
 def test_records_with_random_fields_never_raise_and_both_paths_agree(data, cuts):
     results = []
@@ -560,7 +557,7 @@ def test_records_with_random_fields_never_raise_and_both_paths_agree(data, cuts)
                 assert _same_stop(s0, s1), (s0, s1)
 
 
-@settings(max_examples=15, **PROFILE)
+@settings(max_examples=15)
 @given(seg=mutated_segment())
 def test_build_of_a_mutated_segment_raises_only_rocketidx_errors(seg):
     data, base = seg
@@ -576,7 +573,7 @@ def test_build_of_a_mutated_segment_raises_only_rocketidx_errors(seg):
                 pass
 
 
-@settings(max_examples=40, **PROFILE)
+@settings(max_examples=40)
 @given(data=st.data())
 def test_commitlog_reader_over_mutated_multi_segment_stores_raises_only_rocketidx_errors(data):
     cases = sorted({p.parent for p in GOLDEN_SEGMENTS})

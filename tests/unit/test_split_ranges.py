@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refdata import GOLDEN
@@ -28,8 +28,6 @@ from rocketidx.splits import RangeReader
 
 GOLDEN_SEGMENTS = sorted(str(p) for p in GOLDEN.glob("*/commitlog/*"))
 NATIVES = [False, True] if native_available() else [False]
-PROFILE = dict(deadline=None, derandomize=True, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @dataclass(frozen=True)
@@ -90,7 +88,7 @@ def whole(path: str, native: bool, full: bool = True) -> Part:
 # --- golden segments -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
-@settings(max_examples=60, **PROFILE)
+@settings(max_examples=60)
 @given(data=st.data())
 def test_two_ranges_of_a_golden_segment_give_the_whole_segment_records(native, data):
     path = data.draw(st.sampled_from(GOLDEN_SEGMENTS), label="segment")
@@ -107,7 +105,7 @@ def test_two_ranges_of_a_golden_segment_give_the_whole_segment_records(native, d
 
 
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
-@settings(max_examples=25, **PROFILE)
+@settings(max_examples=25)
 @given(data=st.data())
 def test_three_ranges_of_a_golden_segment_give_the_whole_rows(native, data):
     path = data.draw(st.sampled_from(GOLDEN_SEGMENTS), label="segment")
@@ -165,7 +163,7 @@ def gen_store(tmp_path_factory) -> list[tuple[bytes, Segment]]:
 
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
 def test_any_split_of_a_generated_store_gives_the_whole_records(gen_store, native):
-    @settings(max_examples=30, **PROFILE)
+    @settings(max_examples=30)
     @given(data=st.data())
     def check(data):
         buf, seg = data.draw(st.sampled_from(gen_store), label="segment")
@@ -197,7 +195,7 @@ def random_record(draw) -> Rec:
 
 
 @pytest.mark.parametrize("native", NATIVES, ids=lambda n: "native" if n else "numpy")
-@settings(max_examples=80, **PROFILE)
+@settings(max_examples=80)
 @given(records=st.lists(random_record(), min_size=1, max_size=12), blank=st.booleans(), data=st.data())
 def test_any_split_of_random_records_gives_the_whole_records(native, records, blank, data):
     laid = lay_segment(records, size=4096, base_offset=4096 * 3, blank=blank)

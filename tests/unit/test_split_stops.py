@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refdata import GOLDEN_CASES
@@ -47,8 +47,7 @@ def test_golden_cases_split_inside_records_read_like_the_broker(case):
         assert_same_as_core(case / "commitlog", split_bytes=split)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30)
 @given(name=st.sampled_from(sorted(SCENARIOS)), split=st.integers(8, 4200))
 def test_any_split_size(tmp_path_factory, name, split):
     store = SCENARIOS[name].write(tmp_path_factory.mktemp("s"))
