@@ -1,9 +1,10 @@
-"""Segment bytes -> message columns (pyarrow).
+"""Segment bytes -> records arrays and message columns (pyarrow).
 
 In: the bytes of one CommitLog segment (``bytes`` or ``mmap``), its :class:`Segment` ref and a byte range
-``[start, end)`` of it. Out: pyarrow RecordBatches of :data:`MESSAGE_SCHEMA`, one row per valid message
-record that STARTS in the range, in CommitLog order, plus a :class:`ReadStop` saying where and why
-reading ended.
+``[start, end)`` of it. Out: records arrays (one int64 row of positions per valid message record that
+STARTS in the range, columns ``layout.REC_*``), in CommitLog order, plus a :class:`ReadStop` saying where
+and why reading ended; :func:`records_to_batch` turns records into :data:`MESSAGE_SCHEMA` columns. The
+readers that walk a range or a whole log with these are in :mod:`rocketidx.splits`.
 
 Stays true:
 * records are judged as ``CommitLog.checkMessageAndReturnSize(checkCRC=true)`` judges them at recovery:
