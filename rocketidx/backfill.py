@@ -223,8 +223,8 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     if kept and kept[-1][0].header.index_count > 1:
         last = kept[-1][0]
         plan.rebuild_from = last.header.end_phy_offset
-        items = np.asarray(last.items[1:last.header.index_count])
-        plan.skip_entries = int(np.count_nonzero(items["phy_offset"] == plan.rebuild_from))
+        phy = last.read_item_fields(L.FIRST_INDEX, last.header.index_count, ("phy_offset",))["phy_offset"]
+        plan.skip_entries = int(np.count_nonzero(phy == plan.rebuild_from))
     else:
         plan.rebuild_from = plan.commitlog_start
     _count_range(plan, store, check_crc)

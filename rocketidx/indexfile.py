@@ -3,8 +3,10 @@
 Writer in: one window's entries ``(phy_offset, key_hash, store_timestamp_ms)`` in CommitLog order, in
 batches. Writer out: that window's files, each created at full size but sparse, items appended with
 positional writes, slot table and header written last; :class:`FileInfo` per file.
-Reader in: a file path and the two sizes. Reader out: header and numpy views of slots and items, and
-:func:`query_offsets` answers with ``IndexService.queryOffset`` semantics over a list of files.
+Reader in: a file path and the two sizes (:class:`FileRef`). Reader out: the header; items and slots
+in chunks by positional reads (:func:`iter_items`, :func:`iter_slots`: the one place that reads them
+in bulk, and checks that every read is whole); for a query's chain walk, numpy views over a mapping
+(:class:`IndexFile`), and :func:`query_offsets` answers with ``IndexService.queryOffset`` semantics.
 
 Stays true: every byte equals what ``IndexFile.putKey`` writes for the same entries (see the quirks in
 :mod:`rocketidx.layout`); memory per writer is its slot table plus one batch; a file in a writer's
@@ -14,14 +16,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.errors import CorruptIndexError
-from rocketidx.keys import key_hash_py
+from rocketidx.keys import key_hash_py, slot_of
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
+CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
+CHUNK_SLOTS = 1 << 22  # slots per read: 16 MiB
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,7 @@ class WindowWriter:
         h = f.header
         n = len(phy)
         first = h.index_count
-        slot = kh % self.hash_slot_num
+        slot = slot_of(kh, self.hash_slot_num)
         # Chains: within the batch each item links to the previous item of its slot; the first item of
         # a slot links to what the slot table held (0 = empty). One sort of (slot, position) keys gives
         # the groups in order (a value sort of int64 is ~5x faster than a stable argsort here).
@@ -278,8 +283,97 @@ class WindowWriter:
 
 # --- reading ------------------------------------------------------------------------------------
 
+def pread_exact(fd: int, n: int, offset: int, path: str) -> bytes:
+    """``n`` bytes at ``offset`` of an open file; a file that ends first (shorter than its sizes say, or
+    cut while being read) raises :class:`CorruptIndexError` naming the file and the byte where it ended."""
+    data = os.pread(fd, n, offset)
+    if len(data) != n:
+        raise CorruptIndexError(path, offset + len(data), f"file ends inside a read of {n} bytes at {offset}")
+    return data
+
+
+def iter_items(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, chunk: int = CHUNK_ITEMS
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """Items ``[lo, hi)`` of a file as ``(first item index, INDEX_ITEM array)`` chunks of at most
+    ``chunk`` items, by positional reads: the page cache holds the file, this process one chunk (a
+    mapping's touched pages would count against a Spark task's memory). A short read raises
+    :class:`CorruptIndexError` (:func:`pread_exact`)."""
+    path = str(path)
+    base = L.items_offset(hash_slot_num)
+    size = L.INDEX_ITEM.itemsize
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for a in range(lo, hi, chunk):
+            b = min(hi, a + chunk)
+            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, base + a * size, path), L.INDEX_ITEM)
+    finally:
+        os.close(fd)
+
+
+def read_item_fields(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, fields: Sequence[str],
+                     chunk: int = CHUNK_ITEMS) -> dict[str, np.ndarray]:
+    """Fields of items ``[lo, hi)`` as native-endian arrays of their own widths (``key_hash``,
+    ``time_diff_s``, ``prev_index`` int32; ``phy_offset`` int64), read through :func:`iter_items`:
+    4 or 8 bytes an item per field, plus one chunk."""
+    n = max(0, hi - lo)
+    out = {name: np.empty(n, L.INDEX_ITEM.fields[name][0].newbyteorder("=")) for name in fields}
+    for a, items in iter_items(path, hash_slot_num, lo, hi, chunk):
+        for name, arr in out.items():
+            arr[a - lo:a - lo + len(items)] = items[name]
+    return out
+
+
+def iter_slots(path: str | os.PathLike, hash_slot_num: int, chunk: int = CHUNK_SLOTS
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """The slot table as ``(first slot, SLOT array)`` chunks, checked as :func:`iter_items` checks."""
+    path = str(path)
+    size = L.SLOT.itemsize
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for a in range(0, hash_slot_num, chunk):
+            b = min(hash_slot_num, a + chunk)
+            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, L.slots_offset() + a * size, path), L.SLOT)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """What a task needs to know about one IndexFile: small and picklable (Spark ships it to executors).
+
+    ``file_index``: the file's place in its index, oldest first. ``window_id``, ``window_start_ms``,
+    ``seq``: its window and place in the window, from a build's manifest (None for a broker directory).
+    ``continues_phy``: the ``end_phy_offset`` of the file this one continues (the previous file of the
+    same window, or of the single sequence of a broker directory), else -1; a message whose entries
+    straddle the roll-over is then counted once.
+    """
+
+    path: str
+    hash_slot_num: int
+    index_num: int
+    file_index: int = 0
+    window_id: int | None = None
+    window_start_ms: int | None = None
+    seq: int | None = None
+    continues_phy: int = -1
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def open(self, *, check: bool = True) -> "IndexFile":
+        """The file, its size checked (and with ``check`` its header): :class:`IndexFile`."""
+        return IndexFile(self.path, self.hash_slot_num, self.index_num, check=check)
+
+    def iter_items(self, lo: int, hi: int, chunk: int = CHUNK_ITEMS) -> Iterator[tuple[int, np.ndarray]]:
+        """:func:`iter_items` of this file."""
+        return iter_items(self.path, self.hash_slot_num, lo, hi, chunk)
+
+
 class IndexFile:
-    """A read-only IndexFile: header, slot table and items as numpy views over a memmap."""
+    """A read-only IndexFile: its size checked, its header, and numpy views over a mapping of the slot
+    table and items for a query's chain walk (a few items at random places); bulk reads of items go
+    through :meth:`iter_items`."""
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM,
                  index_num: int = L.DEFAULT_INDEX_NUM, *, check: bool = True):
@@ -301,6 +395,18 @@ class IndexFile:
     def name(self) -> str:
         return os.path.basename(self.path)
 
+    def ref(self, file_index: int = 0) -> FileRef:
+        return FileRef(self.path, self.hash_slot_num, self.index_num, file_index)
+
+    def iter_items(self, lo: int = L.FIRST_INDEX, hi: int | None = None, chunk: int = CHUNK_ITEMS
+                   ) -> Iterator[tuple[int, np.ndarray]]:
+        """:func:`iter_items` of this file; ``hi`` defaults to the header's indexCount (its last item + 1)."""
+        return iter_items(self.path, self.hash_slot_num, lo, self.header.index_count if hi is None else hi, chunk)
+
+    def read_item_fields(self, lo: int, hi: int, fields: Sequence[str]) -> dict[str, np.ndarray]:
+        """:func:`read_item_fields` of this file."""
+        return read_item_fields(self.path, self.hash_slot_num, lo, hi, fields)
+
     def check_header(self) -> None:
         h = self.header
         if not (L.FIRST_INDEX <= h.index_count <= self.index_num):
@@ -318,7 +424,10 @@ class IndexFile:
     def select_phy_offsets(self, out: list[int], key_hash: int, max_num: int, begin: int, end: int) -> None:
         """``IndexFile.selectPhyOffset``: append matching offsets to ``out``, newest first."""
         count = self.header.index_count
-        slot_value = int(self.slots[key_hash % self.hash_slot_num])
+        slot = slot_of(key_hash, self.hash_slot_num)
+        if slot < 0:  # no key hashes to a negative value (indexKeyHashMethod): nothing to find
+            return
+        slot_value = int(self.slots[slot])
         if slot_value <= L.INVALID_INDEX or slot_value > count or count <= 1:
             return
         begin_ts = self.header.begin_timestamp
@@ -327,8 +436,8 @@ class IndexFile:
         while len(out) < max_num:
             steps += 1
             if steps > count:  # RocketMQ would loop for ever on a cyclic chain; a valid one is shorter
-                raise CorruptIndexError(self.path, L.slots_offset() + 4 * (key_hash % self.hash_slot_num),
-                                        f"the chain of slot {key_hash % self.hash_slot_num} loops")
+                raise CorruptIndexError(self.path, L.slots_offset() + L.SLOT.itemsize * slot,
+                                        f"the chain of slot {slot} loops")
             if i >= self.index_num:  # a link past the file: RocketMQ would read garbage; stop
                 return
             item = self.items[i]

@@ -26,6 +26,7 @@ from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import CorruptIndexError
 from rocketidx.indexfile import IndexFile, infer_sizes, time_diffs
+from rocketidx.keys import slot_of
 
 MAX_LISTED_PER_KIND = 20  # per file and kind; the counts are always complete
 
@@ -118,13 +119,11 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
         return None
     c = h.index_count
     slots = np.asarray(f.slots, dtype=np.int64)
-    # Fields straight from the mapping in their own widths (no structured copy, no int64 widening):
-    # peak ~70 bytes an item with the mapped pages, ~88 with int64 copies (6 M items: 423 vs 526 MB).
-    items = f.items[:c]
-    kh = items["key_hash"].astype(np.int32)
-    phy = items["phy_offset"].astype(np.int64)
-    td = items["time_diff_s"].astype(np.int32)
-    prev = items["prev_index"].astype(np.int32)
+    # Fields in their own widths (no structured copy, no int64 widening), read in chunks by the one item
+    # reader: 20 bytes an item plus one chunk, no mapped pages (with int64 copies it was ~88 bytes).
+    cols = f.read_item_fields(0, c, ("key_hash", "phy_offset", "time_diff_s", "prev_index"))
+    kh, phy, td, prev = cols["key_hash"], cols["phy_offset"], cols["time_diff_s"], cols["prev_index"]
+    del cols
     idx = np.arange(c, dtype=np.int32)
 
     bad = np.flatnonzero((slots < 0) | (slots >= c))
@@ -134,7 +133,7 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     if used != h.hash_slot_count:
         report.add(name, hdr["hash_slot_count"][1], "header",
                    f"hashSlotCount {h.hash_slot_count} but {used} slots are non-empty")
-    if items[:1].tobytes() != bytes(item_size):
+    if kh[0] or phy[0] or td[0] or prev[0]:  # the four fields are the item's 20 bytes
         report.add(name, items_at, "item0", "item 0 is not zero (RocketMQ never writes it)")
     nz = _zero_from_file(f.path, items_at + c * item_size, L.index_file_size(S, N))
     if nz is not None:
@@ -152,18 +151,18 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     bad = i1[td[1:] < 0]
     report.add(name, off(bad, "time_diff_s"), "time-diff", "negative time diff (queries stop at it)")
 
-    slot_of = np.where(kh >= 0, kh % S, -1)
+    slot = slot_of(kh, S)
     ok_prev = (prev > 0) & (prev < idx)
     ok_prev[0] = False
-    bad = idx[ok_prev][slot_of[prev[ok_prev]] != slot_of[ok_prev]]
+    bad = idx[ok_prev][slot[prev[ok_prev]] != slot[ok_prev]]
     report.add(name, off(bad, "prev_index"), "chain-slot",
-               [f"item {i} (slot {slot_of[i]}) links to item {prev[i]} of slot {slot_of[prev[i]]}"
+               [f"item {i} (slot {slot[i]}) links to item {prev[i]} of slot {slot[prev[i]]}"
                 for i in bad[:MAX_LISTED_PER_KIND].tolist()])
     heads_slot = np.flatnonzero((slots > 0) & (slots < c))
     heads = slots[heads_slot]
-    bad = heads_slot[slot_of[heads] != heads_slot]
+    bad = heads_slot[slot[heads] != heads_slot]
     report.add(name, L.slots_offset() + 4 * bad, "slot-head",
-               [f"slot {s} starts at item {slots[s]} whose keyHash maps to slot {slot_of[slots[s]]}"
+               [f"slot {s} starts at item {slots[s]} whose keyHash maps to slot {slot[slots[s]]}"
                 for s in bad[:MAX_LISTED_PER_KIND].tolist()])
     refs = np.bincount(np.concatenate([heads, prev[ok_prev]]), minlength=c)
     bad = i1[refs[1:] == 0]
@@ -231,20 +230,23 @@ class _Sink:
 class _Items:
     """One file's items for the content pass, walked in offset order a chunk at a time.
 
-    Holds the offsets as int64 (8 B an item); key hashes and time diffs are gathered from the file's
-    mapping per chunk. A file whose offsets are out of order (an ``order`` problem) is walked through
-    a sorting permutation, so every item is still judged exactly once.
+    Holds the offsets as int64 (8 B an item); key hashes and time diffs are read per chunk by the one
+    item reader. A file whose offsets are out of order (an ``order`` problem) is walked through a
+    sorting permutation, so every item is still judged exactly once; such a (damaged) file's hashes and
+    diffs are held too (8 B an item more), as a permuted chunk is no range of the file.
     """
+
+    _FIELDS = ("key_hash", "time_diff_s")
 
     def __init__(self, fi: int, f: IndexFile, count: int):
         self.fi, self.f = fi, f
-        self.phy = np.asarray(f.items["phy_offset"][1:count + 1]).astype(np.int64)
-        self.perm = None
+        self.phy = f.read_item_fields(1, count + 1, ("phy_offset",))["phy_offset"]
+        self.perm = self.held = None
         if len(self.phy) > 1 and (np.diff(self.phy) < 0).any():
             self.perm = np.argsort(self.phy, kind="stable")
             self.phy = self.phy[self.perm]
+            self.held = f.read_item_fields(1, count + 1, self._FIELDS)
         self.cursor = 0
-        self.items_at = L.items_offset(f.hash_slot_num)
 
     @property
     def done(self) -> bool:
@@ -252,12 +254,16 @@ class _Items:
 
     def take(self, upto: int):
         """Items with offset <= ``upto`` not taken yet: (item index from 0 = item 1, phy, keyHash, timeDiff)."""
-        stop = int(np.searchsorted(self.phy, upto, side="right"))
-        pos = np.arange(self.cursor, stop)
-        self.cursor = max(self.cursor, stop)
-        idx = pos if self.perm is None else self.perm[pos]
-        raw = self.f.items[1 + idx] if len(idx) else self.f.items[:0]
-        return idx, self.phy[pos], raw["key_hash"].astype(np.int64), raw["time_diff_s"].astype(np.int64)
+        start, stop = self.cursor, int(np.searchsorted(self.phy, upto, side="right"))
+        pos = np.arange(start, stop)
+        self.cursor = max(start, stop)
+        if self.perm is None:
+            idx = pos
+            cols = self.f.read_item_fields(1 + start, 1 + max(start, stop), self._FIELDS)
+        else:
+            idx = self.perm[pos]
+            cols = {k: v[idx] for k, v in self.held.items()}
+        return idx, self.phy[pos], cols["key_hash"].astype(np.int64), cols["time_diff_s"].astype(np.int64)
 
 
 def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | None = None,

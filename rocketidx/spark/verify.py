@@ -61,11 +61,11 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import layout as L
-from rocketidx.arrays import member_of, unique_counts, unique_sorted
-from rocketidx.indexfile import IndexFile, time_diffs
+from rocketidx.arrays import member_of, pack, unique_counts, unique_sorted
+from rocketidx.indexfile import FileRef, IndexFile, iter_items, time_diffs
 from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, SourceOptions, register,
                                     resolve_split_stops, resolved_whole)
-from rocketidx.spark.stats import pack, typed_task_errors
+from rocketidx.spark.tasks import spark_schema, task_setup, typed_task_errors
 from rocketidx.verify import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, check_structure
 
 DEFAULT_ITEMS_PER_TASK = 4 << 20  # 80 MiB of items per read task
@@ -113,15 +113,6 @@ _LOW32 = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
-class FileRef:
-    """What a task needs to open one file."""
-
-    path: str
-    hash_slot_num: int
-    index_num: int
-
-
-@dataclass(frozen=True)
 class ItemChunk:
     """Items ``[lo, hi)`` of file number ``file``."""
 
@@ -146,28 +137,18 @@ class ContentParams:
     open_end: bool
 
 
-def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-    return from_arrow_schema(schema)
-
-
-def _task_setup() -> None:
-    from rocketidx.spark.session import tune_python_worker
-    tune_python_worker()
-
-
 # --- what the tasks run --------------------------------------------------------------------------
 
 def structure_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[int]],
                    refs: Sequence[FileRef]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: :func:`check_structure` of each file of the group, one after
     the other, one :data:`STRUCTURE_ROWS` row each."""
-    _task_setup()
+    task_setup()
     for ids in batches:
         for i in (i for g in ids.column("id").to_pylist() for i in groups[g]):
             ref = refs[i]
             report = VerifyReport()
-            arrays = check_structure(IndexFile(ref.path, ref.hash_slot_num, ref.index_num, check=False), report)
+            arrays = check_structure(ref.open(check=False), report)
             phy = arrays["phy"] if arrays is not None else np.zeros(0, np.int64)
             yield pa.RecordBatch.from_pydict({
                 "file": [i], "items": [len(phy) if arrays is not None else -1],
@@ -204,24 +185,16 @@ def _unpack(table: pa.Table, name: str) -> np.ndarray:
 def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int
                ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: each chunk of the group, ``ITEM_BATCH`` items at a time, as
-    :data:`PACKED_ROWS`. Read with ``pread`` rather than through a mapping, so a task's RSS is one batch,
-    not the file."""
-    _task_setup()
-    size = L.INDEX_ITEM.itemsize
+    :data:`PACKED_ROWS`, read by :func:`rocketidx.indexfile.iter_items` (a task's RSS is one batch, not
+    the file; a file cut short raises :class:`CorruptIndexError` naming it and the byte)."""
+    task_setup()
     for ids in batches:
         for ch in (ch for g in ids.column("id").to_pylist() for ch in groups[g]):
-            items_at = L.items_offset(ch.ref.hash_slot_num)
-            fd = os.open(ch.ref.path, os.O_RDONLY)
-            try:
-                for a in range(ch.lo, ch.hi, ITEM_BATCH):
-                    raw = os.pread(fd, min(ITEM_BATCH, ch.hi - a) * size, items_at + a * size)
-                    items = np.frombuffer(raw, L.INDEX_ITEM, len(raw) // size)
-                    phy = items["phy_offset"].astype(np.int64)
-                    yield _pack(np.floor_divide(phy, split_bytes), False, {
-                        "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
-                        "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
-            finally:
-                os.close(fd)
+            for a, items in iter_items(ch.ref.path, ch.ref.hash_slot_num, ch.lo, ch.hi, ITEM_BATCH):
+                phy = items["phy_offset"].astype(np.int64)
+                yield _pack(np.floor_divide(phy, split_bytes), False, {
+                    "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
+                    "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
 
 
 def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int, hi: int
@@ -229,7 +202,7 @@ def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int
     """``mapInArrow`` over the source's ``shuffle`` rows (entries already packed per decoded batch): the
     entries of messages in ``[lo, hi]`` as :data:`PACKED_ROWS`."""
     from rocketidx.spark.source import iter_bundles
-    _task_setup()
+    task_setup()
     for batch in batches:
         for bundle in iter_bundles(batch):
             phy, kh, ts = bundle.entries()
@@ -322,7 +295,7 @@ def check_range(table: pa.Table, params: ContentParams) -> list[pa.RecordBatch]:
 def _range_task(params: ContentParams):
     """:func:`check_range` for ``applyInArrow``, which tells its forms apart by type hints."""
     def apply(table: pa.Table) -> pa.Table:
-        _task_setup()
+        task_setup()
         return pa.Table.from_batches(check_range(table, params), PROBLEM_ROWS)
     return apply
 
@@ -396,7 +369,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     file_groups = pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))
     with typed_task_errors():
         rows = (spark.range(0, len(file_groups), 1, len(file_groups))
-                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), _spark_schema(STRUCTURE_ROWS))
+                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), spark_schema(STRUCTURE_ROWS))
                 .collect())
     by_file = {r["file"]: r for r in rows}
     for i, f in enumerate(files):
@@ -425,7 +398,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                    whole_segments=resolved_whole(opts, resolved))
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
     entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
-        partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), _spark_schema(PACKED_ROWS))
+        partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), spark_schema(PACKED_ROWS))
     chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
               for i, r in sorted(by_file.items()) if r["items"] > 0
               for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
@@ -434,7 +407,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                     for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
     items = (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
              .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes),
-                         _spark_schema(PACKED_ROWS)))
+                         spark_schema(PACKED_ROWS)))
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
         tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
@@ -444,7 +417,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     cached = []
     try:
         found = (entries.unionByName(items).repartition(partitions, "range")
-                 .groupBy("range").applyInArrow(_range_task(params), _spark_schema(PROBLEM_ROWS))
+                 .groupBy("range").applyInArrow(_range_task(params), spark_schema(PROBLEM_ROWS))
                  .persist(StorageLevel.MEMORY_AND_DISK))
         cached.append(found)
         with typed_task_errors():
