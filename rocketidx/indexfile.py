@@ -7,6 +7,8 @@ Reader in: a file path and the two sizes (:class:`FileRef`). Reader out: the hea
 in chunks by positional reads (:func:`iter_items`, :func:`iter_slots`: the one place that reads them
 in bulk, and checks that every read is whole); for a query's chain walk, numpy views over a mapping
 (:class:`IndexFile`), and :func:`query_offsets` answers with ``IndexService.queryOffset`` semantics.
+Directory in: a build output, its ``index/``, or a broker's ``store/index``. Directory out:
+:class:`IndexDir` (:func:`open_index_dir`: the files oldest first and the sizes, resolved by one rule).
 
 Stays true: every byte equals what ``IndexFile.putKey`` writes for the same entries (see the quirks in
 :mod:`rocketidx.layout`); memory per writer is its slot table plus one batch; a file in a writer's
@@ -16,13 +18,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.errors import CorruptIndexError
+from rocketidx.errors import CorruptIndexError, StoreLayoutError
 from rocketidx.keys import key_hash_py, slot_of
+from rocketidx.manifest import INDEX_DIR, Manifest
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
 CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
@@ -487,6 +491,79 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
         if count > 1 and rest > item * count and (rest - item * count) % slot == 0:
             return (rest - item * count) // slot, count
     return None, None
+
+
+# --- an index directory -------------------------------------------------------------------------
+
+SIZE_SOURCES = ("argument", "manifest", "files", "default")  # where a size comes from, first found wins
+
+
+@dataclass(frozen=True)
+class IndexDir:
+    """An index directory as every reader opens it (:func:`open_index_dir`).
+
+    ``directory``: where the files are (``OUT/index`` of a build output, else the directory itself);
+    ``names``: its IndexFiles, oldest first (the manifest's order, else name order, as the broker loads
+    them); the sizes they were written with, and where each came from (one of :data:`SIZE_SOURCES`);
+    ``manifest``: the build's :class:`rocketidx.manifest.Manifest`, None for a bare directory.
+    """
+
+    directory: str
+    names: tuple[str, ...]
+    hash_slot_num: int
+    index_num: int
+    hash_slot_num_from: str
+    index_num_from: str
+    manifest: Manifest | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        return [str(Path(self.directory) / n) for n in self.names]
+
+    def open(self, *, check: bool = True) -> list[IndexFile]:
+        """Every file, oldest first; a file of the wrong size (or, with ``check``, a bad header) raises
+        :class:`CorruptIndexError` naming it."""
+        return [IndexFile(p, self.hash_slot_num, self.index_num, check=check) for p in self.paths]
+
+
+def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
+                   *, missing_ok: bool = False) -> IndexDir:
+    """The index under ``path``: a build output (with ``_manifest.json``), its ``index/`` directory, or a
+    bare directory of IndexFiles such as a broker's ``store/index``. Nothing is opened yet.
+
+    Each size comes from the argument, else the manifest, else what a bare directory's files tell
+    (:func:`infer_sizes`), else the broker default (``MessageStoreConfig``): the one place that says so.
+    The files are the manifest's, else every regular file whose name does not start with a dot. A path
+    that is not a directory raises :class:`StoreLayoutError`, unless ``missing_ok`` (a broker store with
+    no ``index/`` yet): then there are no files, and the sizes are the arguments' or the defaults.
+    """
+    p = Path(path)
+    manifest = None
+    if not p.is_dir():
+        if not missing_ok:
+            raise StoreLayoutError(str(p), "not a directory")
+        directory, names = p, []
+    else:
+        manifest = Manifest.read(p)
+        if manifest is None and p.name == INDEX_DIR:
+            manifest = Manifest.read(p.parent)
+            p = p.parent if manifest is not None else p
+        if manifest is not None:
+            directory, names = p / INDEX_DIR, manifest.names
+        else:
+            directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
+            names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
+    if manifest is not None:
+        told = (manifest.hash_slot_num, manifest.index_num)
+    else:
+        told = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
+    told_by = "manifest" if manifest is not None else "files"
+    resolved = []
+    for given, known, default in zip((hash_slot_num, index_num), told, (L.DEFAULT_HASH_SLOT_NUM, L.DEFAULT_INDEX_NUM)):
+        resolved.append(next((v, source) for v, source in ((given, "argument"), (known, told_by), (default, "default"))
+                             if v))
+    (hs, hs_from), (n, n_from) = resolved
+    return IndexDir(str(directory), tuple(names), hs, n, hs_from, n_from, manifest)
 
 
 def query_offsets(files: list[IndexFile], topic: str, key: str, begin: int = 0, end: int = 2**63 - 1,

@@ -47,17 +47,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
+# The output's layout names (INDEX_DIR, MANIFEST, MANIFEST_VERSION) stay importable from here too.
+from rocketidx.manifest import INDEX_DIR, MANIFEST, MANIFEST_VERSION, Manifest, ManifestFile  # noqa: F401
 from rocketidx.windows import assign_file_names
 
-MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
-INDEX_DIR = "index"
 LOCK = ".lock"
 VERSION_PREFIX = ".v-"
 CURRENT = "current"
 MOVE_THREADS = 8  # concurrent moves at a remote commit
 CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
-MANIFEST_VERSION = 1
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +132,9 @@ def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifes
            name_after: str | None = None) -> dict:
     """Name the staged files, write the manifest, then point ``OUT/current`` at the new version.
 
-    ``files`` are the staged files (any order); ``manifest`` gets the ``files`` list added. Returns it.
+    ``files`` are the staged files (any order); ``manifest`` is the build's header, to which the
+    :class:`rocketidx.manifest.Manifest` adds the ``files`` rows. Returns the manifest written, as plain
+    JSON values (what ``build_index`` returns).
     """
     out = Path(out)
     files = order_files(files)
@@ -144,9 +145,9 @@ def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifes
         if not src.exists():
             raise FileNotFoundError(f"staged index file missing: {src}")
         os.rename(src, staging / INDEX_DIR / name)
-        rows.append(_manifest_row(f, name))
-    manifest = dict(manifest, files=rows)
-    _write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+        rows.append(ManifestFile.from_info(f, name))
+    written = Manifest.build(manifest, rows)
+    _write_atomic(staging / MANIFEST, written.to_json())
     _fsync_dir(staging / INDEX_DIR)
     _fsync_dir(staging)
     previous = _current_version(out)
@@ -160,24 +161,21 @@ def commit(out: str | os.PathLike, staging: Path, files: list[FileInfo], manifes
     _write_atomic(out / SUCCESS, "")
     if previous and previous != staging.name:
         shutil.rmtree(out / previous, ignore_errors=True)
-    return manifest
+    return written.to_dict()
 
 
-def _manifest_row(f: FileInfo, name: str) -> dict:
-    row = f.as_row()
-    row["name"] = name
-    row["entries"] = f.entries
-    return row
+def open_manifest(out: str | os.PathLike) -> Manifest | None:
+    """The committed :class:`Manifest` of a local output, or of a URI's (through ``OUT/CURRENT``); None
+    if there is none."""
+    if is_uri(out):
+        return RemoteOutput.from_uri(str(out)).manifest()
+    return Manifest.read(out)
 
 
 def read_manifest(out: str | os.PathLike) -> dict | None:
-    """The committed manifest of a local output, or of a URI's (through ``OUT/CURRENT``); None if none."""
-    if is_uri(out):
-        return read_manifest_uri(str(out))
-    p = Path(out) / MANIFEST
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
+    """:func:`open_manifest` as plain JSON values (what ``build_index`` returned for it)."""
+    m = open_manifest(out)
+    return None if m is None else m.to_dict()
 
 
 # --- remote outputs (pyarrow.fs) -------------------------------------------------------------------
@@ -375,9 +373,8 @@ class RemoteOutput:
             moves.append((src, f"{index}/{name}"))
         with ThreadPoolExecutor(MOVE_THREADS) as pool:
             list(pool.map(lambda m: self.move(*m), moves))  # list(): a failed move raises here
-        rows = [_manifest_row(f, name) for f, name in zip(files, names)]
-        manifest = dict(manifest, files=rows)
-        self._put(f"{staging.path}/{MANIFEST}", (json.dumps(manifest, indent=2) + "\n").encode())
+        written = Manifest.build(manifest, [ManifestFile.from_info(f, name) for f, name in zip(files, names)])
+        self._put(f"{staging.path}/{MANIFEST}", written.to_json().encode())
         previous = self.current_version()
         if self.exists(self.path(SUCCESS)):
             self.fs.delete_file(self.path(SUCCESS))
@@ -385,18 +382,32 @@ class RemoteOutput:
         self._put(self.path(SUCCESS), b"")
         if previous and previous != staging.name:
             self.discard(RemoteStaging(self.path(previous), join_uri(self.uri, previous)))
-        return manifest
+        return written.to_dict()
 
     def index_path(self) -> str | None:
         """The committed ``index`` directory's path on ``fs``; None before the first commit."""
         version = self.current_version()
         return self.path(version, INDEX_DIR) if version else None
 
-    def read_manifest(self) -> dict | None:
+    def manifest(self) -> Manifest | None:
+        """The committed :class:`Manifest` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``); None
+        before the first commit."""
         version = self.current_version()
-        return json.loads(self._get(self.path(version, MANIFEST))) if version else None
+        if not version:
+            return None
+        where = join_uri(self.uri, version, MANIFEST)
+        data = self._get(self.path(version, MANIFEST))
+        if data is None:
+            raise StoreLayoutError(where, f"missing: {CURRENT_FILE} names a version without a manifest")
+        return Manifest.from_json(data, where)
+
+    def read_manifest(self) -> dict | None:
+        """:meth:`manifest` as plain JSON values."""
+        m = self.manifest()
+        return None if m is None else m.to_dict()
 
 
 def read_manifest_uri(uri: str) -> dict | None:
-    """The manifest of the build committed at ``uri`` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``)."""
+    """The manifest of the build committed at ``uri`` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``),
+    as plain JSON values."""
     return RemoteOutput.from_uri(uri).read_manifest()

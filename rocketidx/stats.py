@@ -44,7 +44,8 @@ import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.errors import ConfigError, CorruptIndexError
-from rocketidx.indexfile import CHUNK_ITEMS, FileRef, IndexFile, iter_items, iter_slots, pread_exact
+from rocketidx.indexfile import CHUNK_ITEMS, FileRef, IndexFile, iter_items, iter_slots, open_index_dir, pread_exact
+from rocketidx.manifest import Manifest
 from rocketidx.keys import slot_of
 
 DEFAULT_TOP = 20
@@ -56,32 +57,27 @@ DEFAULT_FILTER_BITS = 27  # 2^27-bit (16 MiB) filter of the key hashes that can 
 # --- reading --------------------------------------------------------------------------------------
 
 def file_refs(index_dir: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None
-              ) -> tuple[list[FileRef], dict | None]:
-    """The files of an index directory, oldest first, as :class:`FileRef`, and its manifest (or None).
+              ) -> tuple[list[FileRef], Manifest | None]:
+    """The files of an index directory (:func:`rocketidx.indexfile.open_index_dir`), oldest first, as
+    :class:`FileRef` with their window from the manifest, and the manifest (None for a bare directory).
 
     Each file is opened once (:class:`rocketidx.indexfile.IndexFile` checks size and header and raises
     :class:`CorruptIndexError` naming the file); only the 40-byte headers are read here.
     """
-    from pathlib import Path
-
-    from rocketidx.output import INDEX_DIR, read_manifest
-    from rocketidx.query import open_index
-    files = open_index(index_dir, hash_slot_num, index_num)
-    p = Path(index_dir)
-    manifest = read_manifest(p) or (read_manifest(p.parent) if p.name == INDEX_DIR else None)
-    rows = {f["name"]: f for f in manifest["files"]} if manifest else {}
+    d = open_index_dir(index_dir, hash_slot_num, index_num)
+    files = d.open()
+    manifest = d.manifest
+    rows = manifest.files if manifest is not None else [None] * len(files)  # the files are the manifest's
     refs: list[FileRef] = []
-    for i, f in enumerate(files):
-        row = rows.get(f.name, {})
-        window = row.get("window_id")
+    for i, (f, row) in enumerate(zip(files, rows)):
         continues = -1
         if i > 0:
             prev = files[i - 1]
-            same_sequence = manifest is None or rows.get(prev.name, {}).get("window_id") == window
+            same_sequence = manifest is None or rows[i - 1].window_id == row.window_id
             if same_sequence and prev.header.index_count > L.FIRST_INDEX:
                 continues = prev.header.end_phy_offset
-        refs.append(FileRef(str(f.path), f.hash_slot_num, f.index_num, i, window,
-                            row.get("window_start_ms"), row.get("seq"), continues))
+        refs.append(FileRef(f.path, f.hash_slot_num, f.index_num, i, *(
+            (row.window_id, row.window_start_ms, row.seq) if row is not None else (None, None, None)), continues))
     return refs, manifest
 
 

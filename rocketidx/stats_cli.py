@@ -53,7 +53,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--commitlog", help="CommitLog (or store) directory: topics, key strings, true collisions")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary and every table)")
     p.add_argument("--hash-slots", type=_count, default=None, help="sizes of a bare directory (default: manifest, "
-                                                                    "else the broker's)")
+                                                                    "else what the files tell, else the broker's)")
     p.add_argument("--index-num", type=_count, default=None)
     p.add_argument("--bucket", type=_duration, default=None, help="time bucket, e.g. 10m or 1h (default: ~96 "
                                                                   "buckets over the index's span)")

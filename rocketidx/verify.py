@@ -25,7 +25,7 @@ import numpy as np
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import CorruptIndexError
-from rocketidx.indexfile import IndexFile, infer_sizes, time_diffs
+from rocketidx.indexfile import IndexFile, open_index_dir, time_diffs
 from rocketidx.keys import slot_of
 
 MAX_LISTED_PER_KIND = 20  # per file and kind; the counts are always complete
@@ -429,30 +429,15 @@ def _lookup(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndar
 
 def open_for_verify(index_dir, hash_slot_num: int | None, index_num: int | None, report: VerifyReport
                     ) -> tuple[list[IndexFile], dict | None]:
-    """Open every file; a file that cannot even be opened (wrong size) becomes a problem, not an abort."""
-    from pathlib import Path
-
-    from rocketidx.output import INDEX_DIR, read_manifest
-    p = Path(index_dir)
-    manifest = read_manifest(p)
-    if manifest is None and p.name == INDEX_DIR:
-        manifest = read_manifest(p.parent)
-        p = p.parent if manifest is not None else p
-    if manifest is not None:
-        hash_slot_num = hash_slot_num or manifest["hash_slot_num"]
-        index_num = index_num or manifest["index_num"]
-        directory = p / INDEX_DIR
-        names = [f["name"] for f in manifest["files"]]
-    else:
-        directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
-        names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
-        hash_slot_num, index_num = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
-    hash_slot_num = hash_slot_num or L.DEFAULT_HASH_SLOT_NUM
-    index_num = index_num or L.DEFAULT_INDEX_NUM
+    """Open every file of :func:`rocketidx.indexfile.open_index_dir`; a file that cannot even be opened
+    (wrong size) becomes a problem in ``report``, not an abort. Returns the files that opened and the
+    manifest as plain JSON values (the CLI reads its window; ``open_index_dir(...).manifest`` is the
+    typed one)."""
+    d = open_index_dir(index_dir, hash_slot_num, index_num)
     files = []
-    for n in names:
+    for path in d.paths:
         try:
-            files.append(IndexFile(directory / n, hash_slot_num, index_num, check=False))
+            files.append(IndexFile(path, d.hash_slot_num, d.index_num, check=False))
         except CorruptIndexError as e:
             report.add(e.path, e.offset, "size", e.reason)
-    return files, manifest
+    return files, (d.manifest.to_dict() if d.manifest is not None else None)

@@ -59,6 +59,7 @@ from rocketidx import stats as core
 from rocketidx.arrays import pack
 from rocketidx.errors import ConfigError, StoreLayoutError
 from rocketidx.indexfile import FileRef
+from rocketidx.manifest import Manifest
 from rocketidx.keys import slot_of
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
 
@@ -138,7 +139,8 @@ class IndexSourceOptions:
 
     ``path``             build output, its ``index/``, or a directory of IndexFiles (``store/index``)
     ``output``           scan (one row per file, the statistics) | items (one row per item, for SQL)
-    ``hash_slot_num``    sizes of a bare directory (default: the manifest's, else the broker's)
+    ``hash_slot_num``    sizes (default: the manifest's, else what the files tell, else the broker's:
+                         :func:`rocketidx.indexfile.open_index_dir`)
     ``index_num``
     ``bucket``           time bucket of the scan's entry counts (``10m``, ``1h``, ms; default: auto)
     ``top``              longest chains kept per file (default 20)
@@ -439,7 +441,7 @@ class IndexStats:
     """
 
     def __init__(self, spark, index_dir: str, commitlog: str | None, opts: IndexSourceOptions,
-                 targets: core.SizingTargets, manifest: dict | None, filter_bits: int, check_crc: bool,
+                 targets: core.SizingTargets, manifest: Manifest | None, filter_bits: int, check_crc: bool,
                  split_bytes: int = DEFAULT_SPLIT_BYTES):
         from pyspark.sql import functions as F
         self.spark, self.index_dir, self.commitlog = spark, index_dir, commitlog
@@ -609,7 +611,7 @@ class IndexStats:
         f = f[f["entries"] > 0]
         if len(f) == 0:
             return []
-        window_ms = (self.manifest or {}).get("window_ms") or 0
+        window_ms = (self.manifest.window_ms if self.manifest is not None else None) or 0
         S, I = int(f["hash_slot_num"].iloc[0]), int(f["index_num"].iloc[0])
         # A bare directory or a one-window build is one sequence of files, as a broker writes them.
         windowed = window_ms > 0 and f["window_id"].notna().all()

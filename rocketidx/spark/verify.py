@@ -62,7 +62,7 @@ import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, pack, unique_counts, unique_sorted
-from rocketidx.indexfile import FileRef, IndexFile, iter_items, time_diffs
+from rocketidx.indexfile import FileRef, IndexFile, iter_items, open_index_dir, time_diffs
 from rocketidx.spark.source import (DEFAULT_SPLIT_BYTES, SOURCE_NAME, SourceOptions, register,
                                     resolve_split_stops, resolved_whole)
 from rocketidx.spark.tasks import spark_schema, task_setup, typed_task_errors
@@ -302,10 +302,22 @@ def _range_task(params: ContentParams):
 
 # --- the driver -----------------------------------------------------------------------------------
 
-def _as_index_file(f, hash_slot_num: int | None, index_num: int | None) -> IndexFile:
-    if isinstance(f, IndexFile):
-        return f
-    return IndexFile(f, hash_slot_num or L.DEFAULT_HASH_SLOT_NUM, index_num or L.DEFAULT_INDEX_NUM, check=False)
+def _open_files(files: Sequence[IndexFile | str | os.PathLike], hash_slot_num: int | None,
+                index_num: int | None) -> list[IndexFile]:
+    """``files`` as :class:`IndexFile` values: those given as such kept, paths opened with the sizes of
+    the directory they are in (:func:`rocketidx.indexfile.open_index_dir`'s rule: the arguments, else
+    its manifest, else what its files tell, else the broker's)."""
+    sizes: dict[str, tuple[int, int]] = {}
+    out = []
+    for f in files:
+        if not isinstance(f, IndexFile):
+            parent = os.path.dirname(os.path.abspath(f))
+            if parent not in sizes:
+                d = open_index_dir(parent, hash_slot_num, index_num)
+                sizes[parent] = (d.hash_slot_num, d.index_num)
+            f = IndexFile(f, *sizes[parent], check=False)
+        out.append(f)
+    return out
 
 
 def _add_listed(report: VerifyReport, file: str, kind: str, total: int, listed: list[tuple[int, str]],
@@ -345,8 +357,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     """:func:`rocketidx.verify.verify_index` on Spark: the same report, with bounded memory per task.
 
     ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
-    files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``,
-    default the broker's). Every executor must see the files and the CommitLog at these paths.
+    files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``, else
+    the sizes their directory's manifest or files tell, else the broker's). Every executor must see the files and the CommitLog at these paths.
     ``commitlog``, ``window_ms``, ``window_ids``, ``check_crc``, ``open_end``, ``open_start``: as in
     ``verify_index``. ``spark``: the session (default :func:`rocketidx.spark.get_session`);
     ``split_bytes``: CommitLog bytes per read task and per content group; ``items_per_task``: items
@@ -359,7 +371,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     if spark is None:
         from rocketidx.spark.session import get_session
         spark = get_session()
-    files = [_as_index_file(f, hash_slot_num, index_num) for f in files]
+    files = _open_files(files, hash_slot_num, index_num)
     refs = [FileRef(f.path, f.hash_slot_num, f.index_num) for f in files]
     report = VerifyReport()
     if not files:
