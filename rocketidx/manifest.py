@@ -4,7 +4,8 @@ In: the build's header (:func:`rocketidx.build.manifest_header`: format version,
 zone, the segments read, counts, where reading stopped; a filtered Spark build adds ``filters``) and one
 :class:`ManifestFile` row per committed file; or the JSON text of a manifest written before.
 Out: :class:`Manifest`, whose attributes readers use (``hash_slot_num``, ``index_num``, ``window_ms``,
-``files``, ``names``, ...), and its JSON (:meth:`Manifest.to_json`).
+``files``, ``names``, ``window_ids``; the rest of the header is the build's record, kept as written),
+and its JSON (:meth:`Manifest.to_json`).
 
 Stays true: the JSON is what rocketidx has always written, byte for byte: ``json.dumps(..., indent=2)``
 plus a newline, the header's keys in the order the build gave them, then ``files``, each row's keys in
@@ -80,10 +81,6 @@ class Manifest:
     # -- what readers use -------------------------------------------------------------------------
 
     @property
-    def version(self) -> int | None:
-        return self.header.get("version")
-
-    @property
     def hash_slot_num(self) -> int | None:
         return self.header.get("hash_slot_num")
 
@@ -95,19 +92,6 @@ class Manifest:
     def window_ms(self) -> int | None:
         """The window length the build used (0: one window); None in a header that does not say."""
         return self.header.get("window_ms")
-
-    @property
-    def entries(self) -> int | None:
-        return self.header.get("entries")
-
-    @property
-    def messages_indexed(self) -> int | None:
-        return self.header.get("messages_indexed")
-
-    @property
-    def stop(self) -> dict | None:
-        """Where reading the CommitLog stopped (segment, segment_offset, phy_offset, kind, reason)."""
-        return self.header.get("stop")
 
     @property
     def names(self) -> list[str]:

@@ -12,7 +12,9 @@ offsets in CommitLog order, the last item's time diff consistent with the header
 Content (with the CommitLog): every item's phyOffset starts a valid message that makes an entry with the
 item's keyHash, its time diff agrees with that message's store time; and coverage: the entries the
 CommitLog implies over the indexed offset range are all present (as a multiset), with none extra, and in
-a windowed build output each file holds only its window's entries.
+a windowed build output each file holds only its window's entries. These rules live in
+:func:`judge_content`, which judges one stretch of offsets: :func:`verify_index` calls it per CommitLog
+chunk, :mod:`rocketidx.spark.verify` per range group.
 """
 from __future__ import annotations
 
