@@ -86,3 +86,21 @@ def member_of(x: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
         return np.zeros(len(x), bool)
     pos = np.minimum(np.searchsorted(sorted_values, x), len(sorted_values) - 1)
     return sorted_values[pos] == x
+
+
+def pack(sizes: list[int], groups: int) -> list[list[int]]:
+    """Indices of ``sizes`` in ``groups`` groups of about equal total (largest first, each to the
+    lightest group), each group in index order; a size below 1 counts as 1.
+
+    Spark pays a few hundred ms per task whatever it does, so many small files (or item chunks) share a
+    task rather than take one each; the planners of :mod:`rocketidx.spark.stats` and
+    :mod:`rocketidx.spark.verify` call this.
+    """
+    groups = max(1, min(groups, len(sizes)))
+    load = [0] * groups
+    members: list[list[int]] = [[] for _ in range(groups)]
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        g = min(range(groups), key=lambda g: (load[g], g))
+        load[g] += max(1, sizes[i])
+        members[g].append(i)
+    return [sorted(m) for m in members if m]

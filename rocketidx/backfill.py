@@ -38,7 +38,8 @@ from rocketidx import layout as L
 from rocketidx.arrays import unique_sorted
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
-from rocketidx.indexfile import IndexFile, infer_sizes
+from rocketidx.indexfile import IndexDir, IndexFile, open_index_dir
+from rocketidx.manifest import INDEX_DIR, Manifest, ManifestFile
 from rocketidx.segments import list_segments
 from rocketidx.verify import VerifyReport, verify_index
 
@@ -161,22 +162,17 @@ class Plan:
         return "\n".join(lines)
 
 
-def _default_sizes(index_dir: Path, hash_slot_num: int | None, index_num: int | None) -> tuple[int, int]:
-    """The sizes the broker used: the flags, else what the existing files tell
-    (:func:`rocketidx.indexfile.infer_sizes`), else the broker defaults; whatever the source, every file
-    must fit."""
-    files = sorted((e for e in os.scandir(index_dir) if e.is_file()), key=lambda e: e.name) \
-        if index_dir.is_dir() else []
-    hs, n = infer_sizes([e.path for e in files], hash_slot_num, index_num)
-    hs = hs or L.DEFAULT_HASH_SLOT_NUM
-    n = n or L.DEFAULT_INDEX_NUM
-    size = L.index_file_size(hs, n)
-    for e in files:
-        if e.stat().st_size != size:
-            raise StoreLayoutError(e.path, f"file size {e.stat().st_size} does not fit hash slots {hs:,} and "
-                                           f"index num {n:,} ({size} bytes); pass the broker's maxHashSlotNum "
-                                           f"and maxIndexNum as --hash-slots and --index-num")
-    return hs, n
+def _index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
+    """``STORE/index`` (none yet is no files) with the sizes the broker used
+    (:func:`rocketidx.indexfile.open_index_dir`); whatever their source, every file must fit them."""
+    d = open_index_dir(store / "index", hash_slot_num, index_num, missing_ok=True)
+    size = L.index_file_size(d.hash_slot_num, d.index_num)
+    for path in d.paths:
+        if os.path.getsize(path) != size:
+            raise StoreLayoutError(path, f"file size {os.path.getsize(path)} does not fit hash slots "
+                                         f"{d.hash_slot_num:,} and index num {d.index_num:,} ({size} bytes); pass "
+                                         f"the broker's maxHashSlotNum and maxIndexNum as --hash-slots and --index-num")
+    return d
 
 
 def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
@@ -184,17 +180,13 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     store = Path(store)
     if not (store / "commitlog").is_dir():
         raise StoreLayoutError(str(store), "not a broker store: no commitlog/ directory")
-    index_dir = store / "index"
-    hs, n = _default_sizes(index_dir, hash_slot_num, index_num)
+    index = _index_dir(store, hash_slot_num, index_num)
     checkpoint = read_checkpoint(store)
     abort = (store / "abort").exists()
-    plan = Plan(str(store), hs, n, window_ms, checkpoint, abort)
-    names = sorted(e.name for e in os.scandir(index_dir) if e.is_file()) if index_dir.is_dir() else []
-    files: list[IndexFile] = []
-    for name in names:
-        f = IndexFile(index_dir / name, hs, n, check=False)
-        files.append(f)
-        plan.files.append(FileState(name, max(0, f.header.index_count - 1), f.header.end_timestamp,
+    plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
+    files = index.open(check=False)
+    for f in files:
+        plan.files.append(FileState(f.name, max(0, f.header.index_count - 1), f.header.end_timestamp,
                                     f.header.end_phy_offset, "keep"))
     index_ts = checkpoint[CHECKPOINT_FIELD] if checkpoint else 0
     if abort:
@@ -223,8 +215,8 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     if kept and kept[-1][0].header.index_count > 1:
         last = kept[-1][0]
         plan.rebuild_from = last.header.end_phy_offset
-        items = np.asarray(last.items[1:last.header.index_count])
-        plan.skip_entries = int(np.count_nonzero(items["phy_offset"] == plan.rebuild_from))
+        phy = last.read_item_fields(L.FIRST_INDEX, last.header.index_count, ("phy_offset",))["phy_offset"]
+        plan.skip_entries = int(np.count_nonzero(phy == plan.rebuild_from))
     else:
         plan.rebuild_from = plan.commitlog_start
     _count_range(plan, store, check_crc)
@@ -278,13 +270,13 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         staging = store / "index.rocketidx-staging"
         shutil.rmtree(staging, ignore_errors=True)
         kept = plan.kept
-        manifest = None
+        new_files = []
         if plan.messages_in_range:
-            manifest, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
-                                        skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+            built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+                                     skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+            new_files = list(Manifest.from_dict(built, str(staging)).files)
             log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
-                f"{len(manifest['files'])} file(s)")
-        new_files = manifest["files"] if manifest else []
+                f"{len(new_files)} file(s)")
         _verify_staged(staging, new_files, plan, store, check_crc)
         backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         backup.mkdir(parents=True)
@@ -300,10 +292,10 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             journal["moved_to_backup"].append(name)
             _write_journal(backup, journal)
         for f in new_files:
-            os.rename(staging / "index" / f["name"], index_dir / f["name"])
-            journal["installed"].append(f["name"])
+            os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
+            journal["installed"].append(f.name)
             _write_journal(backup, journal)
-        newest = max([f["end_timestamp"] for f in new_files] + [f.end_timestamp for f in kept] + [0])
+        newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
         if new_files:
             write_checkpoint_index_ts(store, newest)
             result.checkpoint_index_ts = newest
@@ -311,7 +303,7 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         journal["finished"] = time.time()
         _write_journal(backup, journal)
         shutil.rmtree(staging, ignore_errors=True)
-        result.installed = [f["name"] for f in new_files]
+        result.installed = [f.name for f in new_files]
         result.backup_dir = str(backup)
         result.wall_s = time.monotonic() - t0
         log(f"installed {len(new_files)} file(s); replaced files and the old checkpoint are in {backup}; "
@@ -319,7 +311,7 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         return result
 
 
-def _verify_staged(staging: Path, new_files: list[dict], plan: Plan, store: Path, check_crc: bool) -> None:
+def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, store: Path, check_crc: bool) -> None:
     """The staged files, after the last kept one, must verify clean against the CommitLog (content and
     coverage, so the entries of the message they continue count once) and sort after it; otherwise
     nothing is installed."""
@@ -327,14 +319,14 @@ def _verify_staged(staging: Path, new_files: list[dict], plan: Plan, store: Path
         return
     kept = plan.kept
     files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
-    files += [IndexFile(staging / "index" / f["name"], plan.hash_slot_num, plan.index_num, check=False)
+    files += [IndexFile(staging / INDEX_DIR / f.name, plan.hash_slot_num, plan.index_num, check=False)
               for f in new_files]
     report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept))
     if report.problems:
         p = report.problems[0]
         raise CorruptIndexError(p.file, p.offset, f"staged file failed verification, nothing installed: "
                                                   f"[{p.kind}] {p.detail}")
-    if kept and new_files[0]["name"] <= kept[-1].name:
+    if kept and new_files[0].name <= kept[-1].name:
         raise CorruptIndexError(str(staging), 0, "new file names do not sort after the kept files")
 
 

@@ -22,7 +22,8 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError
 from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
-from rocketidx.output import INDEX_DIR, MANIFEST_VERSION, LocalOutput
+from rocketidx.manifest import INDEX_DIR, MANIFEST_VERSION
+from rocketidx.output import LocalOutput
 from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
 from rocketidx.splits import CommitLogReader

@@ -336,8 +336,8 @@ def cmd_verify(a) -> int:
     from rocketidx.verify import VerifyReport, open_for_verify, verify_index
     pre = VerifyReport()
     files, manifest = open_for_verify(a.index, a.hash_slots, a.index_num, pre)
-    windows = manifest.get("window_ms") if manifest else None
-    window_ids = [f["window_id"] for f in manifest["files"]] if manifest else None
+    windows = manifest.window_ms if manifest else None
+    window_ids = manifest.window_ids if manifest else None
     if pre.counts:  # files that could not be opened are left out of the rest
         window_ids = None
     if not a.spark and _spark_flag_misused(a, "verify", "--spark", ("master", "spark_conf", "split_bytes")):

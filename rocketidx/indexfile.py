@@ -3,8 +3,12 @@
 Writer in: one window's entries ``(phy_offset, key_hash, store_timestamp_ms)`` in CommitLog order, in
 batches. Writer out: that window's files, each created at full size but sparse, items appended with
 positional writes, slot table and header written last; :class:`FileInfo` per file.
-Reader in: a file path and the two sizes. Reader out: header and numpy views of slots and items, and
-:func:`query_offsets` answers with ``IndexService.queryOffset`` semantics over a list of files.
+Reader in: a file path and the two sizes (:class:`FileRef`). Reader out: the header; items and slots
+in chunks by positional reads (:func:`iter_items`, :func:`iter_slots`: the one place that reads them
+in bulk, and checks that every read is whole); for a query's chain walk, numpy views over a mapping
+(:class:`IndexFile`), and :func:`query_offsets` answers with ``IndexService.queryOffset`` semantics.
+Directory in: a build output, its ``index/``, or a broker's ``store/index``. Directory out:
+:class:`IndexDir` (:func:`open_index_dir`: the files oldest first and the sizes, resolved by one rule).
 
 Stays true: every byte equals what ``IndexFile.putKey`` writes for the same entries (see the quirks in
 :mod:`rocketidx.layout`); memory per writer is its slot table plus one batch; a file in a writer's
@@ -14,14 +18,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.errors import CorruptIndexError
-from rocketidx.keys import key_hash_py
+from rocketidx.errors import CorruptIndexError, StoreLayoutError
+from rocketidx.keys import key_hash_py, slot_of
+from rocketidx.manifest import INDEX_DIR, Manifest, ManifestFile
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
+CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
+CHUNK_SLOTS = 1 << 22  # slots per read: 16 MiB
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,12 @@ class FileInfo:
              "seq": self.seq}
         d.update(asdict(self.header))
         return d
+
+    def committed_as(self, name: str) -> ManifestFile:
+        """The manifest's row for this file under its committed name."""
+        h = self.header
+        return ManifestFile(name, self.window_id, self.window_start_ms, self.seq, h.begin_timestamp, h.end_timestamp,
+                            h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count, h.index_count, self.entries)
 
 
 def time_diffs(store_ts: np.ndarray, begin_ts: int) -> np.ndarray:
@@ -193,7 +208,7 @@ class WindowWriter:
         h = f.header
         n = len(phy)
         first = h.index_count
-        slot = kh % self.hash_slot_num
+        slot = slot_of(kh, self.hash_slot_num)
         # Chains: within the batch each item links to the previous item of its slot; the first item of
         # a slot links to what the slot table held (0 = empty). One sort of (slot, position) keys gives
         # the groups in order (a value sort of int64 is ~5x faster than a stable argsort here).
@@ -278,8 +293,97 @@ class WindowWriter:
 
 # --- reading ------------------------------------------------------------------------------------
 
+def pread_exact(fd: int, n: int, offset: int, path: str) -> bytes:
+    """``n`` bytes at ``offset`` of an open file; a file that ends first (shorter than its sizes say, or
+    cut while being read) raises :class:`CorruptIndexError` naming the file and the byte where it ended."""
+    data = os.pread(fd, n, offset)
+    if len(data) != n:
+        raise CorruptIndexError(path, offset + len(data), f"file ends inside a read of {n} bytes at {offset}")
+    return data
+
+
+def iter_items(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, chunk: int = CHUNK_ITEMS
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """Items ``[lo, hi)`` of a file as ``(first item index, INDEX_ITEM array)`` chunks of at most
+    ``chunk`` items, by positional reads: the page cache holds the file, this process one chunk (a
+    mapping's touched pages would count against a Spark task's memory). A short read raises
+    :class:`CorruptIndexError` (:func:`pread_exact`)."""
+    path = str(path)
+    base = L.items_offset(hash_slot_num)
+    size = L.INDEX_ITEM.itemsize
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for a in range(lo, hi, chunk):
+            b = min(hi, a + chunk)
+            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, base + a * size, path), L.INDEX_ITEM)
+    finally:
+        os.close(fd)
+
+
+def read_item_fields(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, fields: Sequence[str],
+                     chunk: int = CHUNK_ITEMS) -> dict[str, np.ndarray]:
+    """Fields of items ``[lo, hi)`` as native-endian arrays of their own widths (``key_hash``,
+    ``time_diff_s``, ``prev_index`` int32; ``phy_offset`` int64), read through :func:`iter_items`:
+    4 or 8 bytes an item per field, plus one chunk."""
+    n = max(0, hi - lo)
+    out = {name: np.empty(n, L.INDEX_ITEM.fields[name][0].newbyteorder("=")) for name in fields}
+    for a, items in iter_items(path, hash_slot_num, lo, hi, chunk):
+        for name, arr in out.items():
+            arr[a - lo:a - lo + len(items)] = items[name]
+    return out
+
+
+def iter_slots(path: str | os.PathLike, hash_slot_num: int, chunk: int = CHUNK_SLOTS
+               ) -> Iterator[tuple[int, np.ndarray]]:
+    """The slot table as ``(first slot, SLOT array)`` chunks, checked as :func:`iter_items` checks."""
+    path = str(path)
+    size = L.SLOT.itemsize
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for a in range(0, hash_slot_num, chunk):
+            b = min(hash_slot_num, a + chunk)
+            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, L.slots_offset() + a * size, path), L.SLOT)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """What a task needs to know about one IndexFile: small and picklable (Spark ships it to executors).
+
+    ``file_index``: the file's place in its index, oldest first. ``window_id``, ``window_start_ms``,
+    ``seq``: its window and place in the window, from a build's manifest (None for a broker directory).
+    ``continues_phy``: the ``end_phy_offset`` of the file this one continues (the previous file of the
+    same window, or of the single sequence of a broker directory), else -1; a message whose entries
+    straddle the roll-over is then counted once.
+    """
+
+    path: str
+    hash_slot_num: int
+    index_num: int
+    file_index: int = 0
+    window_id: int | None = None
+    window_start_ms: int | None = None
+    seq: int | None = None
+    continues_phy: int = -1
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    def open(self, *, check: bool = True) -> "IndexFile":
+        """The file, its size checked (and with ``check`` its header): :class:`IndexFile`."""
+        return IndexFile(self.path, self.hash_slot_num, self.index_num, check=check)
+
+    def iter_items(self, lo: int, hi: int, chunk: int = CHUNK_ITEMS) -> Iterator[tuple[int, np.ndarray]]:
+        """:func:`iter_items` of this file."""
+        return iter_items(self.path, self.hash_slot_num, lo, hi, chunk)
+
+
 class IndexFile:
-    """A read-only IndexFile: header, slot table and items as numpy views over a memmap."""
+    """A read-only IndexFile: its size checked, its header, and numpy views over a mapping of the slot
+    table and items for a query's chain walk (a few items at random places); bulk reads of items go
+    through :meth:`iter_items`."""
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM,
                  index_num: int = L.DEFAULT_INDEX_NUM, *, check: bool = True):
@@ -301,6 +405,18 @@ class IndexFile:
     def name(self) -> str:
         return os.path.basename(self.path)
 
+    def ref(self, file_index: int = 0) -> FileRef:
+        return FileRef(self.path, self.hash_slot_num, self.index_num, file_index)
+
+    def iter_items(self, lo: int = L.FIRST_INDEX, hi: int | None = None, chunk: int = CHUNK_ITEMS
+                   ) -> Iterator[tuple[int, np.ndarray]]:
+        """:func:`iter_items` of this file; ``hi`` defaults to the header's indexCount (its last item + 1)."""
+        return iter_items(self.path, self.hash_slot_num, lo, self.header.index_count if hi is None else hi, chunk)
+
+    def read_item_fields(self, lo: int, hi: int, fields: Sequence[str]) -> dict[str, np.ndarray]:
+        """:func:`read_item_fields` of this file."""
+        return read_item_fields(self.path, self.hash_slot_num, lo, hi, fields)
+
     def check_header(self) -> None:
         h = self.header
         if not (L.FIRST_INDEX <= h.index_count <= self.index_num):
@@ -318,7 +434,10 @@ class IndexFile:
     def select_phy_offsets(self, out: list[int], key_hash: int, max_num: int, begin: int, end: int) -> None:
         """``IndexFile.selectPhyOffset``: append matching offsets to ``out``, newest first."""
         count = self.header.index_count
-        slot_value = int(self.slots[key_hash % self.hash_slot_num])
+        slot = slot_of(key_hash, self.hash_slot_num)
+        if slot < 0:  # no key hashes to a negative value (indexKeyHashMethod): nothing to find
+            return
+        slot_value = int(self.slots[slot])
         if slot_value <= L.INVALID_INDEX or slot_value > count or count <= 1:
             return
         begin_ts = self.header.begin_timestamp
@@ -327,8 +446,8 @@ class IndexFile:
         while len(out) < max_num:
             steps += 1
             if steps > count:  # RocketMQ would loop for ever on a cyclic chain; a valid one is shorter
-                raise CorruptIndexError(self.path, L.slots_offset() + 4 * (key_hash % self.hash_slot_num),
-                                        f"the chain of slot {key_hash % self.hash_slot_num} loops")
+                raise CorruptIndexError(self.path, L.slots_offset() + L.SLOT.itemsize * slot,
+                                        f"the chain of slot {slot} loops")
             if i >= self.index_num:  # a link past the file: RocketMQ would read garbage; stop
                 return
             item = self.items[i]
@@ -378,6 +497,79 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
         if count > 1 and rest > item * count and (rest - item * count) % slot == 0:
             return (rest - item * count) // slot, count
     return None, None
+
+
+# --- an index directory -------------------------------------------------------------------------
+
+SIZE_SOURCES = ("argument", "manifest", "files", "default")  # where a size comes from, first found wins
+
+
+@dataclass(frozen=True)
+class IndexDir:
+    """An index directory as every reader opens it (:func:`open_index_dir`).
+
+    ``directory``: where the files are (``OUT/index`` of a build output, else the directory itself);
+    ``names``: its IndexFiles, oldest first (the manifest's order, else name order, as the broker loads
+    them); the sizes they were written with, and where each came from (one of :data:`SIZE_SOURCES`);
+    ``manifest``: the build's :class:`rocketidx.manifest.Manifest`, None for a bare directory.
+    """
+
+    directory: str
+    names: tuple[str, ...]
+    hash_slot_num: int
+    index_num: int
+    hash_slot_num_from: str
+    index_num_from: str
+    manifest: Manifest | None = None
+
+    @property
+    def paths(self) -> list[str]:
+        return [str(Path(self.directory) / n) for n in self.names]
+
+    def open(self, *, check: bool = True) -> list[IndexFile]:
+        """Every file, oldest first; a file of the wrong size (or, with ``check``, a bad header) raises
+        :class:`CorruptIndexError` naming it."""
+        return [IndexFile(p, self.hash_slot_num, self.index_num, check=check) for p in self.paths]
+
+
+def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
+                   *, missing_ok: bool = False) -> IndexDir:
+    """The index under ``path``: a build output (with ``_manifest.json``), its ``index/`` directory, or a
+    bare directory of IndexFiles such as a broker's ``store/index``. Nothing is opened yet.
+
+    Each size comes from the argument, else the manifest, else what a bare directory's files tell
+    (:func:`infer_sizes`), else the broker default (``MessageStoreConfig``): the one place that says so.
+    The files are the manifest's, else every regular file whose name does not start with a dot. A path
+    that is not a directory raises :class:`StoreLayoutError`, unless ``missing_ok`` (a broker store with
+    no ``index/`` yet): then there are no files, and the sizes are the arguments' or the defaults.
+    """
+    p = Path(path)
+    manifest = None
+    if not p.is_dir():
+        if not missing_ok:
+            raise StoreLayoutError(str(p), "not a directory")
+        directory, names = p, []
+    else:
+        manifest = Manifest.read(p)
+        if manifest is None and p.name == INDEX_DIR:
+            manifest = Manifest.read(p.parent)
+            p = p.parent if manifest is not None else p
+        if manifest is not None:
+            directory, names = p / INDEX_DIR, manifest.names
+        else:
+            directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
+            names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
+    if manifest is not None:
+        told = (manifest.hash_slot_num, manifest.index_num)
+    else:
+        told = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
+    told_by = "manifest" if manifest is not None else "files"
+    resolved = []
+    for given, known, default in zip((hash_slot_num, index_num), told, (L.DEFAULT_HASH_SLOT_NUM, L.DEFAULT_INDEX_NUM)):
+        resolved.append(next((v, source) for v, source in ((given, "argument"), (known, told_by), (default, "default"))
+                             if v))
+    (hs, hs_from), (n, n_from) = resolved
+    return IndexDir(str(directory), tuple(names), hs, n, hs_from, n_from, manifest)
 
 
 def query_offsets(files: list[IndexFile], topic: str, key: str, begin: int = 0, end: int = 2**63 - 1,

@@ -4,7 +4,8 @@ In: a pyarrow string array (valid UTF-8, as :func:`rocketidx.messages.decode_jav
 Out: int32 numpy arrays.
 Stays true: ``h = 31*h + c`` over UTF-16 code units (a character outside the BMP is a surrogate
 pair), in 32-bit two's complement; ``key_hash = abs(h)`` with ``Integer.MIN_VALUE -> 0``
-(``IndexFile.indexKeyHashMethod``).
+(``IndexFile.indexKeyHashMethod``); a key hash's slot is ``key_hash % hash_slot_num`` (:func:`slot_of`,
+the one place that says so).
 """
 from __future__ import annotations
 
@@ -87,6 +88,24 @@ def key_hash(arr: pa.Array) -> np.ndarray:
 def hash_to_key_hash(h: np.ndarray) -> np.ndarray:
     h = np.asarray(h, np.int32)
     return np.where(h == _INT32_MIN, np.int32(0), np.abs(h)).astype(np.int32)
+
+
+def slot_of(key_hash, hash_slot_num: int):
+    """The slot-table index of a key hash: ``keyHash % hashSlotNum`` (``IndexFile.putKey``/``selectPhyOffset``).
+
+    In: a key hash as ``indexKeyHashMethod`` makes it (``abs(String.hashCode())``, ``Integer.MIN_VALUE``
+    already mapped to 0: never negative), a Python int or a numpy array. Out: the slot, an int or an
+    int64 array. A negative key hash, which only a damaged item holds, has no slot: -1 (Java's ``%``
+    would give a negative slot, a read inside the header; numpy's would give a plausible wrong one).
+    """
+    if np.isscalar(key_hash):
+        k = int(key_hash)
+        return k % hash_slot_num if k >= 0 else -1
+    kh = np.asarray(key_hash, np.int64)
+    slot = kh % hash_slot_num
+    if len(kh) and int(kh.min()) < 0:  # one cheap pass; a valid file never gets here
+        slot[kh < 0] = -1
+    return slot
 
 
 def java_string_hash_py(s: str) -> int:

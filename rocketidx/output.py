@@ -46,18 +46,16 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
+from rocketidx.manifest import INDEX_DIR, MANIFEST, Manifest
 from rocketidx.paths import is_uri, join_uri
 from rocketidx.windows import assign_file_names
 
-MANIFEST = "_manifest.json"
 SUCCESS = "_SUCCESS"
-INDEX_DIR = "index"
 LOCK = ".lock"
 VERSION_PREFIX = ".v-"
 CURRENT = "current"
 MOVE_THREADS = 8  # concurrent moves at a remote commit
 CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
-MANIFEST_VERSION = 1
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +132,9 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
     """Name the staged files, write the manifest, then point ``OUT/current`` at the new version.
 
     ``files`` are the staged files in ``staging/index`` (any order), or wherever ``sources`` (staged name ->
-    path) says; ``manifest`` gets the ``files`` list added. Returns it. Anything else in the version
-    directory (task scratch directories) is removed before the commit point.
+    path) says; ``manifest`` is the build's header, to which the :class:`rocketidx.manifest.Manifest` adds
+    the ``files`` rows. Anything else in the version directory (task scratch directories) is removed before
+    the commit point. Returns the manifest written, as plain JSON values (what ``build_index`` returns).
     """
     out, staging = Path(out), Path(staging)
     files = order_files(files)
@@ -146,12 +145,12 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
         if not src.exists():
             raise FileNotFoundError(f"staged index file missing: {src}")
         os.rename(src, staging / INDEX_DIR / name)
-        rows.append(_manifest_row(f, name))
+        rows.append(f.committed_as(name))
     for extra in staging.iterdir():
         if extra.name != INDEX_DIR:
             shutil.rmtree(extra, ignore_errors=True)
-    manifest = dict(manifest, files=rows)
-    _write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    written = Manifest.build(manifest, rows)
+    _write_atomic(staging / MANIFEST, written.to_json())
     _fsync_dir(staging / INDEX_DIR)
     _fsync_dir(staging)
     previous = _current_version(out)
@@ -165,24 +164,21 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
     _write_atomic(out / SUCCESS, "")
     if previous and previous != staging.name:
         shutil.rmtree(out / previous, ignore_errors=True)
-    return manifest
+    return written.to_dict()
 
 
-def _manifest_row(f: FileInfo, name: str) -> dict:
-    row = f.as_row()
-    row["name"] = name
-    row["entries"] = f.entries
-    return row
+def open_manifest(out: str | os.PathLike) -> Manifest | None:
+    """The committed :class:`Manifest` of a local output, or of a URI's (through ``OUT/CURRENT``); None
+    if there is none."""
+    if is_uri(out):
+        return RemoteOutput.from_uri(str(out)).manifest()
+    return Manifest.read(out)
 
 
 def read_manifest(out: str | os.PathLike) -> dict | None:
-    """The committed manifest of a local output, or of a URI's (through ``OUT/CURRENT``); None if none."""
-    if is_uri(out):
-        return read_manifest_uri(str(out))
-    p = Path(out) / MANIFEST
-    if not p.exists():
-        return None
-    return json.loads(p.read_text())
+    """:func:`open_manifest` as plain JSON values (what ``build_index`` returned for it)."""
+    m = open_manifest(out)
+    return None if m is None else m.to_dict()
 
 
 @dataclass(frozen=True)
@@ -472,9 +468,8 @@ class RemoteOutput:
         for info in self.fs.get_file_info(pafs.FileSelector(staging.path)):
             if info.base_name != INDEX_DIR:  # task scratch directories: not part of the version
                 self.remove(info.path)
-        rows = [_manifest_row(f, name) for f, name in zip(files, names)]
-        manifest = dict(manifest, files=rows)
-        self._put(f"{staging.path}/{MANIFEST}", (json.dumps(manifest, indent=2) + "\n").encode())
+        written = Manifest.build(manifest, [f.committed_as(name) for f, name in zip(files, names)])
+        self._put(f"{staging.path}/{MANIFEST}", written.to_json().encode())
         previous = self.current_version()
         if self.exists(self.path(SUCCESS)):
             self.fs.delete_file(self.path(SUCCESS))
@@ -482,18 +477,32 @@ class RemoteOutput:
         self._put(self.path(SUCCESS), b"")
         if previous and previous != staging.name:
             self.discard(Staging(self.path(previous), join_uri(self.uri, previous)))
-        return manifest
+        return written.to_dict()
 
     def index_path(self) -> str | None:
         """The committed ``index`` directory's path on ``fs``; None before the first commit."""
         version = self.current_version()
         return self.path(version, INDEX_DIR) if version else None
 
-    def read_manifest(self) -> dict | None:
+    def manifest(self) -> Manifest | None:
+        """The committed :class:`Manifest` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``); None
+        before the first commit."""
         version = self.current_version()
-        return json.loads(self._get(self.path(version, MANIFEST))) if version else None
+        if not version:
+            return None
+        where = join_uri(self.uri, version, MANIFEST)
+        data = self._get(self.path(version, MANIFEST))
+        if data is None:
+            raise StoreLayoutError(where, f"missing: {CURRENT_FILE} names a version without a manifest")
+        return Manifest.from_json(data, where)
+
+    def read_manifest(self) -> dict | None:
+        """:meth:`manifest` as plain JSON values."""
+        m = self.manifest()
+        return None if m is None else m.to_dict()
 
 
 def read_manifest_uri(uri: str) -> dict | None:
-    """The manifest of the build committed at ``uri`` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``)."""
+    """The manifest of the build committed at ``uri`` (``OUT/CURRENT`` -> ``OUT/<version>/_manifest.json``),
+    as plain JSON values."""
     return RemoteOutput.from_uri(uri).read_manifest()

@@ -1,8 +1,8 @@
 """IndexFiles (+ CommitLog) -> index statistics: the numpy core that every Spark task calls.
 
-In: one IndexFile at a time (a :class:`FileRef`: path, sizes, and where it sits in its window), read in
-chunks of items through :data:`rocketidx.layout.INDEX_ITEM` and the slot table through
-:data:`rocketidx.layout.SLOT`; for key-string statistics, message batches of
+In: one IndexFile at a time (a :class:`rocketidx.indexfile.FileRef`: path, sizes, and where it sits in
+its window), its items and slot table read in chunks by :func:`rocketidx.indexfile.iter_items` and
+:func:`rocketidx.indexfile.iter_slots`; for key-string statistics, message batches of
 :data:`rocketidx.messages.MESSAGE_SCHEMA`.
 Out: small per-file summaries (:class:`FileScan`: the file's row, its chain-length histogram, longest
 chains, slot occupancy per slot-table bin, entries and messages per time bucket), per-hash-partition
@@ -44,9 +44,10 @@ import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.errors import ConfigError, CorruptIndexError
+from rocketidx.indexfile import CHUNK_ITEMS, FileRef, IndexFile, iter_items, iter_slots, open_index_dir, pread_exact
+from rocketidx.manifest import Manifest
+from rocketidx.keys import slot_of
 
-CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
-CHUNK_SLOTS = 1 << 22  # slots per read: 16 MiB
 DEFAULT_TOP = 20
 DEFAULT_BINS = 256  # slot-table bins per file for the occupancy picture
 MS_PER_DAY = 86_400_000
@@ -55,93 +56,33 @@ DEFAULT_FILTER_BITS = 27  # 2^27-bit (16 MiB) filter of the key hashes that can 
 
 # --- reading --------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class FileRef:
-    """What a task needs to know about one IndexFile; small and picklable.
-
-    ``continues_phy``: the ``end_phy_offset`` of the file this one continues (the previous file of the
-    same window, or of the single sequence of a broker directory), else -1. A message whose entries
-    straddle the roll-over is then counted once.
-    """
-
-    path: str
-    name: str
-    file_index: int
-    hash_slot_num: int
-    index_num: int
-    window_id: int | None = None
-    window_start_ms: int | None = None
-    seq: int | None = None
-    continues_phy: int = -1
-
-
 def file_refs(index_dir: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None
-              ) -> tuple[list[FileRef], dict | None]:
-    """The files of an index directory, oldest first, as :class:`FileRef`, and its manifest (or None).
+              ) -> tuple[list[FileRef], Manifest | None]:
+    """The files of an index directory (:func:`rocketidx.indexfile.open_index_dir`), oldest first, as
+    :class:`FileRef` with their window from the manifest, and the manifest (None for a bare directory).
 
     Each file is opened once (:class:`rocketidx.indexfile.IndexFile` checks size and header and raises
     :class:`CorruptIndexError` naming the file); only the 40-byte headers are read here.
     """
-    from pathlib import Path
-
-    from rocketidx.output import INDEX_DIR, read_manifest
-    from rocketidx.query import open_index
-    files = open_index(index_dir, hash_slot_num, index_num)
-    p = Path(index_dir)
-    manifest = read_manifest(p) or (read_manifest(p.parent) if p.name == INDEX_DIR else None)
-    rows = {f["name"]: f for f in manifest["files"]} if manifest else {}
+    d = open_index_dir(index_dir, hash_slot_num, index_num)
+    files = d.open()
+    manifest = d.manifest
+    rows = manifest.files if manifest is not None else [None] * len(files)  # the files are the manifest's
     refs: list[FileRef] = []
-    for i, f in enumerate(files):
-        row = rows.get(f.name, {})
-        window = row.get("window_id")
+    for i, (f, row) in enumerate(zip(files, rows)):
         continues = -1
         if i > 0:
             prev = files[i - 1]
-            same_sequence = manifest is None or rows.get(prev.name, {}).get("window_id") == window
+            same_sequence = manifest is None or rows[i - 1].window_id == row.window_id
             if same_sequence and prev.header.index_count > L.FIRST_INDEX:
                 continues = prev.header.end_phy_offset
-        refs.append(FileRef(str(f.path), f.name, i, f.hash_slot_num, f.index_num, window,
-                            row.get("window_start_ms"), row.get("seq"), continues))
+        refs.append(FileRef(f.path, f.hash_slot_num, f.index_num, i, *(
+            (row.window_id, row.window_start_ms, row.seq) if row is not None else (None, None, None)), continues))
     return refs, manifest
-
-
-def _pread_exact(fd: int, n: int, offset: int, path: str) -> bytes:
-    data = os.pread(fd, n, offset)
-    if len(data) != n:
-        raise CorruptIndexError(path, offset + len(data), f"file ends inside a read of {n} bytes at {offset}")
-    return data
-
-
-def iter_items(path: str, hash_slot_num: int, lo: int, hi: int, chunk: int = CHUNK_ITEMS
-               ) -> Iterator[tuple[int, np.ndarray]]:
-    """Items ``[lo, hi)`` of a file as ``(first item index, INDEX_ITEM array)`` chunks, by positional reads
-    (the page cache holds the file; this process holds one chunk)."""
-    base = L.items_offset(hash_slot_num)
-    size = L.INDEX_ITEM.itemsize
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for a in range(lo, hi, chunk):
-            b = min(hi, a + chunk)
-            yield a, np.frombuffer(_pread_exact(fd, (b - a) * size, base + a * size, path), L.INDEX_ITEM)
-    finally:
-        os.close(fd)
-
-
-def iter_slots(path: str, hash_slot_num: int, chunk: int = CHUNK_SLOTS) -> Iterator[tuple[int, np.ndarray]]:
-    """The slot table as ``(first slot, SLOT array)`` chunks."""
-    size = L.SLOT.itemsize
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        for a in range(0, hash_slot_num, chunk):
-            b = min(hash_slot_num, a + chunk)
-            yield a, np.frombuffer(_pread_exact(fd, (b - a) * size, L.slots_offset() + a * size, path), L.SLOT)
-    finally:
-        os.close(fd)
 
 
 def read_header(path: str, hash_slot_num: int, index_num: int):
     """The file's :class:`rocketidx.indexfile.Header`, after the size and header checks."""
-    from rocketidx.indexfile import IndexFile
     return IndexFile(path, hash_slot_num, index_num).header
 
 
@@ -240,7 +181,7 @@ def scan_file(ref: FileRef, *, bucket_ms: int, top: int = DEFAULT_TOP, bins: int
             raise CorruptIndexError(ref.path, items_at + (a + int(bad[0])) * L.INDEX_ITEM.itemsize + kh_at,
                                     f"item {a + int(bad[0])} has negative keyHash {int(kh[bad[0]])} (abs() of a "
                                     "Java hash never is); run rocketidx verify")
-        slot_counts += np.bincount(kh % S, minlength=S)
+        slot_counts += np.bincount(slot_of(kh, S), minlength=S)
         key_hashes[a - L.FIRST_INDEX:a - L.FIRST_INDEX + len(kh)] = kh
         phy = items["phy_offset"].astype(np.int64)
         first = np.empty(len(phy), bool)
@@ -280,9 +221,9 @@ def scan_file(ref: FileRef, *, bucket_ms: int, top: int = DEFAULT_TOP, bins: int
     longest: list[dict] = []
     if k:
         cand = chained_slots[top_k(chain_len, chained_slots, k)]  # longest first, then by slot
-        on_top = np.isin(key_hashes % S, cand)
+        on_top = np.isin(slot_of(key_hashes, S), cand)
         top_kh = key_hashes[on_top]
-        top_slot = top_kh % S
+        top_slot = slot_of(top_kh, S)
         pairs = np.unique(np.stack([top_slot.astype(np.int64), top_kh.astype(np.int64)]), axis=1)
         hashes_on = dict(zip(*np.unique(pairs[0], return_counts=True)))
         heads = _slot_values(ref.path, cand)
@@ -328,7 +269,7 @@ def _slot_values(path: str, slots: np.ndarray) -> np.ndarray:
     fd = os.open(path, os.O_RDONLY)
     try:
         for i, s in enumerate(slots.tolist()):
-            raw = _pread_exact(fd, L.SLOT.itemsize, L.slots_offset() + s * L.SLOT.itemsize, path)
+            raw = pread_exact(fd, L.SLOT.itemsize, L.slots_offset() + s * L.SLOT.itemsize, path)
             out[i] = int(np.frombuffer(raw, L.SLOT)[0])
     finally:
         os.close(fd)
@@ -633,8 +574,8 @@ def auto_bucket_ms(span_ms: int, target_buckets: int = 96) -> int:
     return nice[-1]
 
 
-__all__ = ["FileRef", "FileScan", "KeyCounts", "SizingTargets", "auto_bucket_ms", "chain_histogram",
+__all__ = ["FileScan", "KeyCounts", "SizingTargets", "auto_bucket_ms", "chain_histogram",
            "commitlog_partials", "expected_used_slots", "file_refs", "files_per_day", "hash_filter",
-           "hash_partition", "histogram_percentiles", "in_hash_filter", "iter_items", "iter_slots",
+           "hash_partition", "histogram_percentiles", "in_hash_filter",
            "merge_key_counts", "merge_key_groups", "predicted_mean_chain", "round_up_nice", "scan_file",
            "sizing_advice", "slots_for_mean_chain", "split_key_counts"]

@@ -20,29 +20,9 @@ import sys
 from datetime import datetime, timezone
 
 from rocketidx.errors import RocketIdxError
-from rocketidx.units import parse_duration_ms
+from rocketidx.units import count_arg, duration_arg
 
 QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-
-
-def _duration(text: str) -> int:
-    try:
-        value = parse_duration_ms(text, "bucket")
-    except RocketIdxError as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
-    if value <= 0:
-        raise argparse.ArgumentTypeError("bucket must be positive")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -52,12 +32,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
     p.add_argument("--commitlog", help="CommitLog (or store) directory: topics, key strings, true collisions")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary and every table)")
-    p.add_argument("--hash-slots", type=_count, default=None, help="sizes of a bare directory (default: manifest, "
-                                                                    "else the broker's)")
-    p.add_argument("--index-num", type=_count, default=None)
-    p.add_argument("--bucket", type=_duration, default=None, help="time bucket, e.g. 10m or 1h (default: ~96 "
-                                                                  "buckets over the index's span)")
-    p.add_argument("--top", type=_count, default=10, help="longest chains and hot keys to list (default 10)")
+    p.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None,
+                   help="sizes of a bare directory (default: manifest, else what the files tell, else the broker's)")
+    p.add_argument("--index-num", type=count_arg("--index-num", 1), default=None)
+    p.add_argument("--bucket", type=duration_arg("--bucket", 1), default=None,
+                   help="time bucket, e.g. 10m or 1h (default: ~96 buckets over the index's span)")
+    p.add_argument("--top", type=count_arg("--top", 1), default=10,
+                   help="longest chains and hot keys to list (default 10)")
     p.add_argument("--target-chain", type=float, default=1.5,
                    help="sizing: mean chain length to aim for in the fullest file (default 1.5)")
     p.add_argument("--target-files-per-day", type=float, default=24.0, help="sizing: files per day (default 24)")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Callable, Mapping
 
 from rocketidx.errors import ConfigError
 
@@ -61,16 +61,19 @@ def parse_count(text: str | int, option: str = "count", *, minimum: int = 0) -> 
     return value
 
 
-def parse_duration_ms(text: str | int, option: str = "duration") -> int:
-    """``1h``, ``15m``, ``90s``, ``250ms``, ``2d`` or a bare number of ms; ``0`` means one window."""
+def parse_duration_ms(text: str | int, option: str = "duration", *, minimum: int = 0) -> int:
+    """``1h``, ``15m``, ``90s``, ``250ms``, ``2d`` or a bare number of ms, at least ``minimum`` ms; a window
+    of ``0`` means one window."""
     if _is_int(text):
-        if text < 0:
-            raise ConfigError(option, text, "must not be negative")
-        return text
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ConfigError(option, text, "expected a duration like 1h, 15m, 90s, 250ms or 0")
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+        value = text
+    else:
+        m = _DURATION.match(str(text))
+        if not m:
+            raise ConfigError(option, text, "expected a duration like 1h, 15m, 90s, 250ms or 0")
+        value = int(m.group(1)) * _UNIT_MS[m.group(2)]
+    if value < minimum:
+        raise ConfigError(option, text, "must not be negative" if minimum == 0 else f"must be at least {minimum} ms")
+    return value
 
 
 def parse_time_ms(text: str | int, option: str = "time") -> int:
@@ -104,6 +107,15 @@ def parse_bool(text: str | bool, option: str = "flag") -> bool:
     return s in _TRUE
 
 
+def optional(parse: Callable[..., int], options: Mapping[str, object], name: str, **kwargs) -> int | None:
+    """``parse(options[name], name)``, or None when the option is absent or blank (string options of a
+    data source, JSON settings)."""
+    raw = options.get(name)
+    if raw is None or str(raw).strip() == "":
+        return None
+    return parse(raw, name, **kwargs)
+
+
 def arg(parse: Callable[..., int], option: str, **kwargs) -> Callable[[str], int]:
     """An argparse ``type=`` for one of the parsers above: its ConfigError becomes a usage error."""
     def convert(text: str) -> int:
@@ -123,8 +135,8 @@ def count_arg(option: str, minimum: int = 0) -> Callable[[str], int]:
     return arg(parse_count, option, minimum=minimum)
 
 
-def duration_arg(option: str) -> Callable[[str], int]:
-    return arg(parse_duration_ms, option)
+def duration_arg(option: str, minimum: int = 0) -> Callable[[str], int]:
+    return arg(parse_duration_ms, option, minimum=minimum)
 
 
 def time_arg(option: str) -> Callable[[str], int]:

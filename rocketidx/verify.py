@@ -12,7 +12,9 @@ offsets in CommitLog order, the last item's time diff consistent with the header
 Content (with the CommitLog): every item's phyOffset starts a valid message that makes an entry with the
 item's keyHash, its time diff agrees with that message's store time; and coverage: the entries the
 CommitLog implies over the indexed offset range are all present (as a multiset), with none extra, and in
-a windowed build output each file holds only its window's entries.
+a windowed build output each file holds only its window's entries. These rules live in
+:func:`judge_content`, which judges one stretch of offsets: :func:`verify_index` calls it per CommitLog
+chunk, :mod:`rocketidx.spark.verify` per range group.
 """
 from __future__ import annotations
 
@@ -25,7 +27,9 @@ import numpy as np
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import CorruptIndexError
-from rocketidx.indexfile import IndexFile, infer_sizes, time_diffs
+from rocketidx.indexfile import IndexFile, open_index_dir, time_diffs
+from rocketidx.keys import slot_of
+from rocketidx.manifest import Manifest
 
 MAX_LISTED_PER_KIND = 20  # per file and kind; the counts are always complete
 
@@ -118,13 +122,11 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
         return None
     c = h.index_count
     slots = np.asarray(f.slots, dtype=np.int64)
-    # Fields straight from the mapping in their own widths (no structured copy, no int64 widening):
-    # peak ~70 bytes an item with the mapped pages, ~88 with int64 copies (6 M items: 423 vs 526 MB).
-    items = f.items[:c]
-    kh = items["key_hash"].astype(np.int32)
-    phy = items["phy_offset"].astype(np.int64)
-    td = items["time_diff_s"].astype(np.int32)
-    prev = items["prev_index"].astype(np.int32)
+    # Fields in their own widths (no structured copy, no int64 widening), read in chunks by the one item
+    # reader: 20 bytes an item plus one chunk, no mapped pages (with int64 copies it was ~88 bytes).
+    cols = f.read_item_fields(0, c, ("key_hash", "phy_offset", "time_diff_s", "prev_index"))
+    kh, phy, td, prev = cols["key_hash"], cols["phy_offset"], cols["time_diff_s"], cols["prev_index"]
+    del cols
     idx = np.arange(c, dtype=np.int32)
 
     bad = np.flatnonzero((slots < 0) | (slots >= c))
@@ -134,7 +136,7 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     if used != h.hash_slot_count:
         report.add(name, hdr["hash_slot_count"][1], "header",
                    f"hashSlotCount {h.hash_slot_count} but {used} slots are non-empty")
-    if items[:1].tobytes() != bytes(item_size):
+    if kh[0] or phy[0] or td[0] or prev[0]:  # the four fields are the item's 20 bytes
         report.add(name, items_at, "item0", "item 0 is not zero (RocketMQ never writes it)")
     nz = _zero_from_file(f.path, items_at + c * item_size, L.index_file_size(S, N))
     if nz is not None:
@@ -152,18 +154,18 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     bad = i1[td[1:] < 0]
     report.add(name, off(bad, "time_diff_s"), "time-diff", "negative time diff (queries stop at it)")
 
-    slot_of = np.where(kh >= 0, kh % S, -1)
+    slot = slot_of(kh, S)
     ok_prev = (prev > 0) & (prev < idx)
     ok_prev[0] = False
-    bad = idx[ok_prev][slot_of[prev[ok_prev]] != slot_of[ok_prev]]
+    bad = idx[ok_prev][slot[prev[ok_prev]] != slot[ok_prev]]
     report.add(name, off(bad, "prev_index"), "chain-slot",
-               [f"item {i} (slot {slot_of[i]}) links to item {prev[i]} of slot {slot_of[prev[i]]}"
+               [f"item {i} (slot {slot[i]}) links to item {prev[i]} of slot {slot[prev[i]]}"
                 for i in bad[:MAX_LISTED_PER_KIND].tolist()])
     heads_slot = np.flatnonzero((slots > 0) & (slots < c))
     heads = slots[heads_slot]
-    bad = heads_slot[slot_of[heads] != heads_slot]
+    bad = heads_slot[slot[heads] != heads_slot]
     report.add(name, L.slots_offset() + 4 * bad, "slot-head",
-               [f"slot {s} starts at item {slots[s]} whose keyHash maps to slot {slot_of[slots[s]]}"
+               [f"slot {s} starts at item {slots[s]} whose keyHash maps to slot {slot[slots[s]]}"
                 for s in bad[:MAX_LISTED_PER_KIND].tolist()])
     refs = np.bincount(np.concatenate([heads, prev[ok_prev]]), minlength=c)
     bad = i1[refs[1:] == 0]
@@ -212,6 +214,16 @@ class _Sink:
             entry[2] = int(offsets[take])
         entry[1] += len(offsets)
 
+    def add_found(self, found: Found, window_ids) -> None:
+        """Every row of ``found``, a ``missing`` row once per entry it stands for, per file in row order."""
+        rows = np.repeat(np.arange(len(found.offset)), found.n)
+        for fi in unique_sorted(found.file[rows]).tolist():
+            sel = rows[found.file[rows] == fi]
+            wid = window_ids[fi] if window_ids is not None else None
+            self.add(fi, found.offset[sel], found.kind,
+                     lambda s, sel=sel, wid=wid: [describe(found.kind, a, b, wid) for a, b in
+                                                  zip(found.a[sel][s].tolist(), found.b[sel][s].tolist())])
+
     def flush(self, report: VerifyReport, files: list[IndexFile]) -> None:
         order = [(fi, k) for k in self.ORDER[:3] for fi in range(len(files))]
         order = sorted(order, key=lambda x: (x[0], self.ORDER.index(x[1])))
@@ -231,20 +243,23 @@ class _Sink:
 class _Items:
     """One file's items for the content pass, walked in offset order a chunk at a time.
 
-    Holds the offsets as int64 (8 B an item); key hashes and time diffs are gathered from the file's
-    mapping per chunk. A file whose offsets are out of order (an ``order`` problem) is walked through
-    a sorting permutation, so every item is still judged exactly once.
+    Holds the offsets as int64 (8 B an item); key hashes and time diffs are read per chunk by the one
+    item reader. A file whose offsets are out of order (an ``order`` problem) is walked through a
+    sorting permutation, so every item is still judged exactly once; such a (damaged) file's hashes and
+    diffs are held too (8 B an item more), as a permuted chunk is no range of the file.
     """
+
+    _FIELDS = ("key_hash", "time_diff_s")
 
     def __init__(self, fi: int, f: IndexFile, count: int):
         self.fi, self.f = fi, f
-        self.phy = np.asarray(f.items["phy_offset"][1:count + 1]).astype(np.int64)
-        self.perm = None
+        self.phy = f.read_item_fields(1, count + 1, ("phy_offset",))["phy_offset"]
+        self.perm = self.held = None
         if len(self.phy) > 1 and (np.diff(self.phy) < 0).any():
             self.perm = np.argsort(self.phy, kind="stable")
             self.phy = self.phy[self.perm]
+            self.held = f.read_item_fields(1, count + 1, self._FIELDS)
         self.cursor = 0
-        self.items_at = L.items_offset(f.hash_slot_num)
 
     @property
     def done(self) -> bool:
@@ -252,12 +267,16 @@ class _Items:
 
     def take(self, upto: int):
         """Items with offset <= ``upto`` not taken yet: (item index from 0 = item 1, phy, keyHash, timeDiff)."""
-        stop = int(np.searchsorted(self.phy, upto, side="right"))
-        pos = np.arange(self.cursor, stop)
-        self.cursor = max(self.cursor, stop)
-        idx = pos if self.perm is None else self.perm[pos]
-        raw = self.f.items[1 + idx] if len(idx) else self.f.items[:0]
-        return idx, self.phy[pos], raw["key_hash"].astype(np.int64), raw["time_diff_s"].astype(np.int64)
+        start, stop = self.cursor, int(np.searchsorted(self.phy, upto, side="right"))
+        pos = np.arange(start, stop)
+        self.cursor = max(start, stop)
+        if self.perm is None:
+            idx = pos
+            cols = self.f.read_item_fields(1 + start, 1 + max(start, stop), self._FIELDS)
+        else:
+            idx = self.perm[pos]
+            cols = {k: v[idx] for k, v in self.held.items()}
+        return idx, self.phy[pos], cols["key_hash"].astype(np.int64), cols["time_diff_s"].astype(np.int64)
 
 
 def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | None = None,
@@ -293,8 +312,10 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     hi = max(e for _, _, e in spans.values())
     report.covered_range = (lo, hi)
     report.expected_entries = 0
-    # Each missing entry goes to the file whose offset range holds it, else the nearest before.
-    begins = np.array([spans[fi][1] if fi in spans else -1 for fi in range(len(files))])
+    params = ContentParams(
+        tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
+        tuple(spans[fi][1] if fi in spans else -1 for fi in range(len(files))),  # missing entries' owners
+        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end)
     pending = sorted(spans, key=lambda fi: spans[fi][1])
     active: list[_Items] = []
     sink = _Sink()
@@ -305,8 +326,12 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
             active.append(_Items(fi, files[fi], spans[fi][0]))
         taken = [(it.fi, *it.take(upto)) for it in active]
         active[:] = [it for it in active if not it.done]
-        _judge_chunk(taken, files, m_phy, e_phy, e_kh, e_ts, begins, lo, hi, open_start, open_end,
-                     window_ms, window_ids, sink)
+        cat = lambda cols: np.concatenate(cols) if cols else np.zeros(0, np.int64)  # noqa: E731
+        items = ItemRows(cat([np.full(len(t[1]), t[0], np.int64) for t in taken]),
+                         cat([1 + t[1].astype(np.int64) for t in taken]),
+                         *(cat([t[k] for t in taken]) for k in (2, 3, 4)))
+        for found in judge_content(items, EntryRows(e_phy, e_kh, e_ts), params, m_phy):
+            sink.add_found(found, params.window_ids)
 
     from rocketidx.layout import REC_PHY
     from rocketidx.splits import CommitLogReader
@@ -332,122 +357,181 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     return report
 
 
-def _judge_chunk(taken, files, m_phy, e_phy, e_kh, e_ts, begins, lo, hi, open_start, open_end,
-                 window_ms, window_ids, sink: _Sink) -> None:
-    """Content and coverage of the items and expected entries of one stretch of CommitLog offsets.
+# --- the content judge: one stretch of CommitLog offsets, both verifies -----------------------------
 
-    ``taken``: per active file (file index, item indices, offsets, keyHashes, time diffs) of its items
-    in the stretch; ``m_phy``: the stretch's message offsets (ascending); ``e_*``: its expected entries,
-    in CommitLog order. Every message lies wholly in one stretch, so the multiset of its entries is
-    compared whole.
+CANDIDATE = "candidate"  # an item at an offset where no entry starts, when the caller knows no messages
+
+
+@dataclass(frozen=True)
+class ContentParams:
+    """What judging any stretch needs to know about the files (by file number) and the covered range."""
+
+    items_at: tuple[int, ...]  # per file: byte offset of item 0
+    begin_timestamps: tuple[int, ...]  # per file: the header's, from which its time diffs count
+    first_offsets: tuple[int, ...]  # per file: lowest item phyOffset, -1 without items (missing -> file)
+    window_ms: int | None
+    window_ids: tuple[int, ...] | None
+    lo: int
+    hi: int
+    open_start: bool
+    open_end: bool
+
+
+@dataclass(frozen=True)
+class ItemRows:
+    """Items of a stretch: file number, item number, phyOffset, keyHash, time diff (int64 each)."""
+
+    file: np.ndarray
+    item: np.ndarray
+    phy: np.ndarray
+    kh: np.ndarray
+    td: np.ndarray
+
+
+@dataclass(frozen=True)
+class EntryRows:
+    """The entries the CommitLog implies over a stretch: phyOffset, keyHash, store time (int64 each);
+    every entry of a message is in the same stretch."""
+
+    phy: np.ndarray
+    kh: np.ndarray
+    ts: np.ndarray
+
+
+@dataclass(frozen=True)
+class Found:
+    """Problems of one kind: per row the file number, byte offset, the two numbers its detail names
+    (:func:`describe`) and how many problems the row stands for (``missing``: the entries of one
+    (phyOffset, keyHash) pair; else 1)."""
+
+    kind: str
+    file: np.ndarray
+    offset: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    n: np.ndarray
+
+    @classmethod
+    def of(cls, kind: str, file, offset, a=None, b=None, n=None) -> Found:
+        m = len(offset)
+        as64 = lambda x, fill: np.full(m, fill, np.int64) if x is None else np.asarray(x, np.int64)  # noqa: E731
+        return cls(kind, as64(file, 0) if not np.isscalar(file) else np.full(m, file, np.int64),
+                   np.asarray(offset, np.int64), as64(a, 0), as64(b, 0), as64(n, 1))
+
+
+def describe(kind: str, a: int, b: int, window_id: int | None = None) -> str:
+    """The detail of a content problem, from the two numbers :class:`Found` carries."""
+    if kind == "not-a-message":
+        return f"phyOffset {a} is not the start of a valid message"
+    if kind == "time-diff":
+        return f"time diff {a} but the message's store time gives {b}"
+    if kind == "window":
+        return f"entry's store time is outside the file's window {window_id}"
+    if kind == "extra":
+        return f"no index key of the message at {a} hashes to {b}"
+    return f"entry (phyOffset {a}, keyHash {b}) the CommitLog implies is not indexed"
+
+
+def _message_times(e_phy: np.ndarray, e_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each message's offset (ascending) and store time, from its first entry (all share it)."""
+    if not len(e_phy):
+        return e_phy, e_ts
+    if (np.diff(e_phy) >= 0).all():  # CommitLog order: no sort
+        first = np.flatnonzero(np.concatenate(([True], e_phy[1:] != e_phy[:-1])))
+        return e_phy[first], e_ts[first]
+    order = np.argsort(e_phy, kind="stable")  # PHYSICALOFFSET fields out of order: the first entry wins
+    s = e_phy[order]
+    first = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    return s[first], e_ts[order][first]
+
+
+def _counts_at(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """How often each of ``keys`` occurs, from ``unique_counts`` output (0 for keys not in it)."""
+    values, counts = counted
+    if not len(values):
+        return np.zeros(len(keys), np.int64)
+    pos = np.minimum(np.searchsorted(values, keys), len(values) - 1)
+    return np.where(values[pos] == keys, counts[pos], 0)
+
+
+def judge_content(items: ItemRows, entries: EntryRows, params: ContentParams,
+                  messages: np.ndarray | None = None) -> list[Found]:
+    """The content checks of one stretch of CommitLog offsets: its items against its entries.
+
+    Per item pointing at a message with entries: its time diff against the message's store time (not
+    for item 1: a rolled file's first diff counts from the previous file's end), and the message's
+    window against the file's; over the stretch, items and entries as multisets of (message, keyHash):
+    surplus keys make every item holding them ``extra``, missing entries are ``missing`` (but for the
+    message at ``lo``/``hi`` with ``open_start``/``open_end``), owned by the file whose offset range
+    holds them, else the nearest before. An item at an offset where no entry starts is, with
+    ``messages`` (the stretch's message offsets, ascending), ``extra`` when a message starts there (one
+    that makes no entry) and ``not-a-message`` otherwise; without, a :data:`CANDIDATE` for the caller to
+    decide. Rows of each kind come in item order (``missing`` in (phyOffset, keyHash) order), so a caller
+    feeding stretches in CommitLog order lists problems as one pass would.
     """
-    item = L.INDEX_ITEM
-    # Per-message store time, from the message's first entry (as the index computes time diffs).
-    first = np.flatnonzero(np.concatenate(([True], e_phy[1:] != e_phy[:-1]))) if len(e_phy) else empty_i64()
-    u_phy, u_ts = e_phy[first], e_ts[first]
-    if len(u_phy) > 1 and (np.diff(u_phy) <= 0).any():  # PHYSICALOFFSET fields out of order: sort
-        o = np.argsort(u_phy, kind="stable")
-        u_phy, u_ts = u_phy[o], u_ts[o]
-        keep = np.concatenate(([True], u_phy[1:] != u_phy[:-1]))
-        u_phy, u_ts = u_phy[keep], u_ts[keep]
-    parts = []
-    for fi, idx, phy, kh, td in taken:
-        if not len(idx):
-            continue
-        f = files[fi]
-        off = L.items_offset(f.hash_slot_num) + item.itemsize * (1 + idx)
-        is_msg = member_of(phy, m_phy)
-        sink.add(fi, off[~is_msg], "not-a-message",
-                 lambda s, p=phy[~is_msg]: [f"phyOffset {v} is not the start of a valid message" for v in p[s].tolist()])
-        pos = np.minimum(np.searchsorted(u_phy, phy), max(len(u_phy) - 1, 0))
-        has = (len(u_phy) > 0) & (u_phy[pos] == phy) if len(u_phy) else np.zeros(len(phy), bool)
-        ts = np.where(has, u_ts[pos] if len(u_ts) else 0, 0)
-        exp_td = time_diffs(ts, f.header.begin_timestamp)
-        check = has & (idx != 0)  # a rolled file's first diff is measured from the previous file's end
-        bad = np.flatnonzero(check & (exp_td != td))
-        sink.add(fi, off[bad] + item.fields["time_diff_s"][1], "time-diff",
-                 lambda s, b=bad: [f"time diff {td[i]} but the message's store time gives {exp_td[i]}"
-                                   for i in b[s].tolist()])
-        if window_ms and window_ids is not None:
-            bad = np.flatnonzero(has & (np.floor_divide(ts, window_ms) != window_ids[fi]))
-            sink.add(fi, off[bad], "window", f"entry's store time is outside the file's window {window_ids[fi]}")
-        parts.append((phy, kh, np.full(len(phy), fi), off))
-    # Coverage: items and expected entries as multisets of (message, keyHash). Offsets are ranked among
-    # the stretch's messages first, so (rank, keyHash) packs into one int64 whatever the offsets' size.
-    cat = lambda i, dt: np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dt)  # noqa: E731
-    i_phy, i_kh, i_file, i_off = cat(0, np.int64), cat(1, np.int64), cat(2, np.int64), cat(3, np.int64)
-    i_msg = member_of(i_phy, m_phy)
-    item_keys = (np.searchsorted(m_phy, i_phy).astype(np.int64) << 31) | i_kh
-    got = unique_counts(item_keys[i_msg])
-    want = unique_counts((np.searchsorted(m_phy, e_phy).astype(np.int64) << 31) | e_kh)
+    i_file, i_phy, i_kh = items.file, items.phy, items.kh
+    i_off = np.asarray(params.items_at, np.int64)[i_file] + L.INDEX_ITEM.itemsize * items.item
+    u_phy, u_ts = _message_times(entries.phy, entries.ts)
+    pos = np.minimum(np.searchsorted(u_phy, i_phy), max(len(u_phy) - 1, 0))
+    has = u_phy[pos] == i_phy if len(u_phy) else np.zeros(len(i_phy), bool)
+    out = []
+    at_message = member_of(i_phy, messages) if messages is not None else None
+    lone = ~has if at_message is None else ~has & ~at_message
+    if lone.any():
+        out.append(Found.of(CANDIDATE if messages is None else "not-a-message", i_file[lone], i_off[lone],
+                            i_phy[lone], i_kh[lone]))
+    h = np.flatnonzero(has)
+    ts = u_ts[pos[h]]
+    td_at = i_off[h] + L.INDEX_ITEM.fields["time_diff_s"][1]
+    bad_td, bad_window = np.zeros(len(h), bool), np.zeros(len(h), bool)
+    exp_td = np.zeros(len(h), np.int64)
+    for fi in unique_sorted(i_file[h]).tolist():
+        s = np.flatnonzero(i_file[h] == fi)
+        exp_td[s] = time_diffs(ts[s], params.begin_timestamps[fi])
+        bad_td[s] = (items.item[h[s]] != L.FIRST_INDEX) & (exp_td[s] != items.td[h[s]])
+        if params.window_ms and params.window_ids is not None:
+            bad_window[s] = np.floor_divide(ts[s], params.window_ms) != params.window_ids[fi]
+    if bad_td.any():
+        out.append(Found.of("time-diff", i_file[h[bad_td]], td_at[bad_td], items.td[h[bad_td]], exp_td[bad_td]))
+    if bad_window.any():
+        out.append(Found.of("window", i_file[h[bad_window]], i_off[h[bad_window]]))
+    # Coverage: (message rank, keyHash) multisets; a damaged negative keyHash keeps its 32 bits, so it
+    # matches no entry and stays apart from every other key.
+    want = unique_counts((np.searchsorted(u_phy, entries.phy).astype(np.int64) << 32) | entries.kh)
+    item_keys = (pos[h].astype(np.int64) << 32) | (i_kh[h] & 0xFFFFFFFF)
+    got = unique_counts(item_keys)
     keys = unique_sorted(np.concatenate((got[0], want[0])))
-    g = _lookup(got, keys)
-    w_ = _lookup(want, keys)
-    extra_keys = keys[g > w_]
-    missing = w_ > g
-    if len(keys):
-        at = m_phy[keys >> 31]
-        if open_end:
-            missing &= at != hi
-        if open_start:
-            missing &= at != lo
-    if len(extra_keys):
-        sel = np.flatnonzero(member_of(item_keys, extra_keys) & i_msg)
-        for fi in unique_sorted(i_file[sel]).tolist():
-            s = sel[i_file[sel] == fi]
-            sink.add(fi, i_off[s], "extra", lambda r, s=s: [f"no index key of the message at {p} hashes to {k}"
-                                                            for p, k in zip(i_phy[s][r].tolist(), i_kh[s][r].tolist())])
+    g, w = _counts_at(got, keys), _counts_at(want, keys)
+    extra = np.zeros(len(i_phy), bool)
+    extra[h[member_of(item_keys, keys[g > w])]] = True
+    if at_message is not None:
+        extra |= ~has & at_message  # a message that makes no entry: any item at it is extra
+    if extra.any():
+        out.append(Found.of("extra", i_file[extra], i_off[extra], i_phy[extra], i_kh[extra]))
+    missing = w > g
+    if params.open_end:
+        missing &= u_phy[keys >> 32] != params.hi
+    if params.open_start:
+        missing &= u_phy[keys >> 32] != params.lo
     if missing.any():
-        m_keys = keys[missing]
-        n_missing = (w_ - g)[missing]
-        at_phy = m_phy[m_keys >> 31]
-        m_kh = m_keys & 0x7FFFFFFF
-        owner = np.clip(np.searchsorted(begins, at_phy, side="right") - 1, 0, len(files) - 1)
-        for fi in unique_sorted(owner).tolist():
-            s = np.flatnonzero(owner == fi)
-            rep_phy, rep_kh = np.repeat(at_phy[s], n_missing[s]), np.repeat(m_kh[s], n_missing[s])
-            sink.add(fi, np.zeros(len(rep_phy), np.int64), "missing",
-                     lambda r, a=rep_phy, b=rep_kh: [f"entry (phyOffset {p}, keyHash {k}) the CommitLog implies "
-                                                     "is not indexed" for p, k in zip(a[r].tolist(), b[r].tolist())])
-
-
-def empty_i64() -> np.ndarray:
-    return np.zeros(0, np.int64)
-
-
-def _lookup(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
-    k, c = counted
-    pos = np.searchsorted(k, keys)
-    pos = np.minimum(pos, max(len(k) - 1, 0))
-    return np.where((len(k) > 0) & (k[pos] == keys), c[pos] if len(k) else 0, 0)
+        m_phy = u_phy[keys[missing] >> 32]
+        starts = np.asarray(params.first_offsets, np.int64)
+        owner = np.clip(np.searchsorted(starts, m_phy, side="right") - 1, 0, len(starts) - 1)
+        out.append(Found.of("missing", owner, np.zeros(len(m_phy), np.int64), m_phy, keys[missing] & 0xFFFFFFFF,
+                            (w - g)[missing]))
+    return out
 
 
 def open_for_verify(index_dir, hash_slot_num: int | None, index_num: int | None, report: VerifyReport
-                    ) -> tuple[list[IndexFile], dict | None]:
-    """Open every file; a file that cannot even be opened (wrong size) becomes a problem, not an abort."""
-    from pathlib import Path
-
-    from rocketidx.output import INDEX_DIR, read_manifest
-    p = Path(index_dir)
-    manifest = read_manifest(p)
-    if manifest is None and p.name == INDEX_DIR:
-        manifest = read_manifest(p.parent)
-        p = p.parent if manifest is not None else p
-    if manifest is not None:
-        hash_slot_num = hash_slot_num or manifest["hash_slot_num"]
-        index_num = index_num or manifest["index_num"]
-        directory = p / INDEX_DIR
-        names = [f["name"] for f in manifest["files"]]
-    else:
-        directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
-        names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
-        hash_slot_num, index_num = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
-    hash_slot_num = hash_slot_num or L.DEFAULT_HASH_SLOT_NUM
-    index_num = index_num or L.DEFAULT_INDEX_NUM
+                    ) -> tuple[list[IndexFile], Manifest | None]:
+    """Open every file of :func:`rocketidx.indexfile.open_index_dir`; a file that cannot even be opened
+    (wrong size) becomes a problem in ``report``, not an abort. Returns the files that opened and the
+    directory's manifest (None for a bare directory)."""
+    d = open_index_dir(index_dir, hash_slot_num, index_num)
     files = []
-    for n in names:
+    for path in d.paths:
         try:
-            files.append(IndexFile(directory / n, hash_slot_num, index_num, check=False))
+            files.append(IndexFile(path, d.hash_slot_num, d.index_num, check=False))
         except CorruptIndexError as e:
             report.add(e.path, e.offset, "size", e.reason)
-    return files, manifest
+    return files, d.manifest

@@ -35,7 +35,7 @@ from rocketidx.errors import ConfigError, RocketIdxError
 from rocketidx.segments import SegmentRange, list_segments
 from rocketidx.splits import (DEFAULT_BATCH_RECORDS, DEFAULT_SPLIT_BYTES, RangeInfo, ResolvedStops, SplitSpec,
                               plan_splits, read_split as read_core_split, resolve_stops)
-from rocketidx.units import parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms
+from rocketidx.units import optional, parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms
 from rocketidx.windows import assign_windows
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,7 @@ STOP_ROWS = pa.schema([
 # --- options ------------------------------------------------------------------------------------
 
 def _int(options: Mapping[str, str], name: str, *, minimum: int = 0) -> int | None:
-    raw = options.get(name)
-    if raw is None or str(raw).strip() == "":
-        return None
-    return parse_count(raw, name, minimum=minimum)
+    return optional(parse_count, options, name, minimum=minimum)
 
 
 def _int_list(options: Mapping[str, str], name: str) -> tuple[int, ...]:
@@ -298,8 +295,8 @@ class CommitLogSourceReader(DataSourceReader):
 
     def read(self, partition: RangePartition) -> Iterator[pa.RecordBatch]:
         from rocketidx.spark.source import read_split  # the worker imports the module, not the closure
-        from rocketidx.spark.worker import tune_python_worker
-        tune_python_worker()
+        from rocketidx.spark.tasks import task_setup
+        task_setup()
         return read_split(partition, self.opts)
 
 

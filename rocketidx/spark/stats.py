@@ -47,8 +47,6 @@ from __future__ import annotations
 import io
 import math
 import os
-import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Iterator, Mapping
@@ -58,7 +56,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from rocketidx import stats as core
-from rocketidx.errors import ConfigError, CorruptIndexError, CorruptRecordError, StoreLayoutError
+from rocketidx.arrays import pack
+from rocketidx.errors import ConfigError, StoreLayoutError
+from rocketidx.indexfile import FileRef
+from rocketidx.manifest import Manifest
+from rocketidx.keys import slot_of
+from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
+from rocketidx.units import optional, parse_count, parse_duration_ms
 
 INDEX_SOURCE_NAME = "rocketmq-index"
 INDEX_OUTPUTS = ("scan", "items")
@@ -115,24 +119,10 @@ GROUP_MERGE_ROWS = pa.schema([
 DEFAULT_SPLIT_BYTES = 128 << 20  # CommitLog bytes per task: ~190,000 messages of the sample's shape
 
 
-def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-    return from_arrow_schema(schema)
-
-
 # --- options -------------------------------------------------------------------------------------
 
 def _opt_int(options: Mapping[str, str], name: str, minimum: int) -> int | None:
-    raw = options.get(name)
-    if raw is None or str(raw).strip() == "":
-        return None
-    try:
-        value = int(str(raw).strip().replace("_", ""))
-    except ValueError:
-        raise ConfigError(name, raw, "expected an integer") from None
-    if value < minimum:
-        raise ConfigError(name, raw, f"must be >= {minimum}")
-    return value
+    return optional(parse_count, options, name, minimum=minimum)
 
 
 @dataclass(frozen=True)
@@ -141,7 +131,8 @@ class IndexSourceOptions:
 
     ``path``             build output, its ``index/``, or a directory of IndexFiles (``store/index``)
     ``output``           scan (one row per file, the statistics) | items (one row per item, for SQL)
-    ``hash_slot_num``    sizes of a bare directory (default: the manifest's, else the broker's)
+    ``hash_slot_num``    sizes (default: the manifest's, else what the files tell, else the broker's:
+                         :func:`rocketidx.indexfile.open_index_dir`)
     ``index_num``
     ``bucket``           time bucket of the scan's entry counts (``10m``, ``1h``, ms; default: auto)
     ``top``              longest chains kept per file (default 20)
@@ -165,7 +156,6 @@ class IndexSourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> "IndexSourceOptions":
-        from rocketidx.units import parse_duration_ms
         opts = {str(k).lower(): v for k, v in dict(options).items()}
         path = opts.get("path")
         if not path:
@@ -173,10 +163,7 @@ class IndexSourceOptions:
         output = str(opts.get("output", "scan")).strip().lower()
         if output not in INDEX_OUTPUTS:
             raise ConfigError("output", output, f"must be one of {', '.join(INDEX_OUTPUTS)}")
-        bucket = opts.get("bucket")
-        bucket_ms = parse_duration_ms(str(bucket), "bucket") if bucket not in (None, "") else None
-        if bucket_ms == 0:
-            raise ConfigError("bucket", bucket, "must be positive")
+        bucket_ms = optional(parse_duration_ms, opts, "bucket", minimum=1)
         pick = lambda name, default, minimum: (_opt_int(opts, name, minimum) or default)  # noqa: E731
         return cls(path=str(path), output=output, hash_slot_num=_opt_int(opts, "hash_slot_num", 1),
                    index_num=_opt_int(opts, "index_num", 2), bucket_ms=bucket_ms,
@@ -198,7 +185,7 @@ class IndexSourceOptions:
 class ItemSlice:
     """Items ``[lo, hi)`` of one file, with the file's begin timestamp (items hold time diffs)."""
 
-    ref: core.FileRef
+    ref: FileRef
     lo: int
     hi: int
     begin_timestamp: int
@@ -219,7 +206,7 @@ class ItemsPartition(InputPartition):
     slices: tuple
 
 
-def index_span_ms(refs: list[core.FileRef]) -> tuple[int, int]:
+def index_span_ms(refs: list[FileRef]) -> tuple[int, int]:
     """(first begin, last end) store time over the files that hold entries; headers only."""
     begins, ends = [], []
     for r in refs:
@@ -228,20 +215,6 @@ def index_span_ms(refs: list[core.FileRef]) -> tuple[int, int]:
             begins.append(h.begin_timestamp)
             ends.append(h.end_timestamp)
     return (min(begins), max(ends)) if begins else (0, 0)
-
-
-def pack(sizes: list[int], groups: int) -> list[list[int]]:
-    """Indices of ``sizes`` in ``groups`` groups of about equal total (largest first, each to the
-    lightest group), each group in index order. Spark pays a few hundred ms per task whatever it does,
-    so many small files share a task rather than one each."""
-    groups = max(1, min(groups, len(sizes)))
-    load = [0] * groups
-    members: list[list[int]] = [[] for _ in range(groups)]
-    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
-        g = min(range(groups), key=lambda g: (load[g], g))
-        load[g] += max(1, sizes[i])
-        members[g].append(i)
-    return [sorted(m) for m in members if m]
 
 
 def plan_index_partitions(opts: IndexSourceOptions) -> list:
@@ -264,12 +237,6 @@ def plan_index_partitions(opts: IndexSourceOptions) -> list:
 
 # --- what the tasks run --------------------------------------------------------------------------
 
-def _worker_setup() -> None:
-    """Per-task set-up every rocketidx Spark task does (:func:`rocketidx.spark.session.tune_python_worker`)."""
-    from rocketidx.spark.worker import tune_python_worker
-    tune_python_worker()
-
-
 def _struct_list(rows: list[dict], typ: pa.DataType) -> pa.Array:
     return pa.array([rows], pa.list_(typ))
 
@@ -283,7 +250,7 @@ def _columns_list(cols: dict, typ: pa.StructType) -> pa.Array:
 
 def scan_partition(part: ScanPartition, opts: IndexSourceOptions) -> Iterator[pa.RecordBatch]:
     """One :data:`SCAN_ROWS` row per file of the partition."""
-    _worker_setup()
+    task_setup()
     for ref in part.refs:
         s = core.scan_file(ref, bucket_ms=part.bucket_ms, top=opts.top, bins=opts.bins)
         row = s.row
@@ -300,17 +267,17 @@ def scan_partition(part: ScanPartition, opts: IndexSourceOptions) -> Iterator[pa
 
 def items_partition(part: ItemsPartition) -> Iterator[pa.RecordBatch]:
     """The partition's item slices as :data:`ITEM_ROWS`, one batch per chunk read."""
-    _worker_setup()
+    task_setup()
     for sl in part.slices:
         r = sl.ref
-        for a, items in core.iter_items(r.path, r.hash_slot_num, sl.lo, sl.hi):
+        for a, items in r.iter_items(sl.lo, sl.hi):
             kh = items["key_hash"].astype(np.int32)
             td = items["time_diff_s"].astype(np.int32)
             n = len(items)
             yield pa.RecordBatch.from_arrays([
                 pa.array(np.full(n, r.file_index, np.int32)), pa.array([r.name] * n, pa.string()),
                 pa.array(np.arange(a, a + n, dtype=np.int32)), pa.array(kh),
-                pa.array(np.where(kh >= 0, kh % r.hash_slot_num, -1).astype(np.int32)),
+                pa.array(slot_of(kh, r.hash_slot_num).astype(np.int32)),
                 pa.array(items["phy_offset"].astype(np.int64)), pa.array(td),
                 pa.array(items["prev_index"].astype(np.int32)),
                 pa.array(sl.begin_timestamp + td.astype(np.int64) * 1000)], schema=ITEM_ROWS)
@@ -328,7 +295,7 @@ class IndexDataSource(DataSource):
         return INDEX_SOURCE_NAME
 
     def schema(self):
-        return _spark_schema(SCAN_ROWS if self.opts.output == "scan" else ITEM_ROWS)
+        return spark_schema(SCAN_ROWS if self.opts.output == "scan" else ITEM_ROWS)
 
     def reader(self, schema) -> "IndexReader":
         return IndexReader(self.opts)
@@ -365,7 +332,7 @@ def read_index_items(spark, index_dir: str, **options):
 
 def merge_key_partition(table: pa.Table, *, top: int, filter_bits: int) -> pa.Table:
     """``applyInArrow``: one hash partition's per-file blobs -> its :data:`KEY_MERGE_ROWS` row."""
-    _worker_setup()
+    task_setup()
     part = table["part"][0].as_py() if table.num_rows else 0
     k = core.merge_key_counts(table["hashes"].to_pylist(), table["counts"].to_pylist(), top)
     flt = core.hash_filter(np.concatenate([k.repeated, np.array([t["key_hash"] for t in k.top], np.int32)]),
@@ -375,14 +342,6 @@ def merge_key_partition(table: pa.Table, *, top: int, filter_bits: int) -> pa.Ta
         "multiplicity": [[{"entries_per_hash": int(a), "key_hashes": int(b)} for a, b in
                           zip(k.multiplicity["entries_per_hash"].tolist(), k.multiplicity["key_hashes"].tolist())]],
         "top": [k.top], "filter": [flt.tobytes()]}, schema=KEY_MERGE_ROWS)
-
-
-def _grouped(fn, **kw):
-    """``fn`` with its keyword arguments bound, for ``applyInArrow``, which tells the table form from the
-    iterator form by type hints (a ``functools.partial`` has none)."""
-    def apply(table: pa.Table) -> pa.Table:
-        return fn(table, **kw)
-    return apply
 
 
 def _ipc(table: pa.Table) -> bytes:
@@ -401,7 +360,7 @@ def commitlog_task(batches: Iterator[pa.RecordBatch], *, ranges: list, bucket_ms
     """``mapInArrow`` over range numbers: each CommitLog byte range read by the core's
     :class:`rocketidx.splits.RangeReader`, reduced to one :data:`COMMITLOG_ROWS` row (nothing per message
     leaves the task)."""
-    _worker_setup()
+    task_setup()
     from rocketidx.segments import open_segment
     from rocketidx.splits import RangeReader
     flt = np.frombuffer(key_filter, np.uint8)
@@ -448,7 +407,7 @@ def commitlog_ranges(commitlog: str, lo: int, hi: int, split_bytes: int) -> list
 
 def merge_group_partition(table: pa.Table, *, wanted: frozenset, examples: int) -> pa.Table:
     """``applyInArrow``: one hash partition's key blobs -> its :data:`GROUP_MERGE_ROWS` row."""
-    _worker_setup()
+    task_setup()
     part = table["part"][0].as_py() if table.num_rows else 0
     totals, groups = core.merge_key_groups([_from_ipc(b) for b in table["keys"].to_pylist()], set(wanted), examples)
     return pa.Table.from_pydict({"part": [part], **{k: [v] for k, v in totals.items()}, "groups": [groups]},
@@ -456,25 +415,6 @@ def merge_group_partition(table: pa.Table, *, wanted: frozenset, examples: int) 
 
 
 # --- the statistics ------------------------------------------------------------------------------
-
-_WORKER_ERROR = re.compile(r"rocketidx\.errors\.(CorruptIndexError|CorruptRecordError): (.+?) @ byte (\d+): (.*)")
-
-
-@contextmanager
-def typed_task_errors():
-    """A task's typed error reaches the driver as a ``PythonException`` carrying the task's traceback as
-    text; raise the typed error (file and byte offset) again, so callers and the CLI's exit code 2 see
-    what the task saw. Anything else passes through unchanged."""
-    from pyspark.errors import PythonException
-    try:
-        yield
-    except PythonException as e:
-        m = _WORKER_ERROR.search(str(e))
-        if m is None:
-            raise
-        cls = CorruptIndexError if m.group(1) == "CorruptIndexError" else CorruptRecordError
-        raise cls(m.group(2), int(m.group(3)), m.group(4).strip()) from e
-
 
 def _small(df):
     """One partition for a result known to be small: a following groupBy or sort then needs no shuffle
@@ -491,7 +431,7 @@ class IndexStats:
     """
 
     def __init__(self, spark, index_dir: str, commitlog: str | None, opts: IndexSourceOptions,
-                 targets: core.SizingTargets, manifest: dict | None, filter_bits: int, check_crc: bool,
+                 targets: core.SizingTargets, manifest: Manifest | None, filter_bits: int, check_crc: bool,
                  split_bytes: int = DEFAULT_SPLIT_BYTES):
         from pyspark.sql import functions as F
         self.spark, self.index_dir, self.commitlog = spark, index_dir, commitlog
@@ -506,8 +446,8 @@ class IndexStats:
         keys = self._scan.select(F.explode("key_parts").alias("k")).select("k.*")
         # Partitioned by "part" already, so the groupBy adds no exchange of spark.sql.shuffle.partitions.
         self._keys = (keys.repartition(opts.key_parts, "part").groupBy("part")
-                      .applyInArrow(_grouped(merge_key_partition, top=opts.top, filter_bits=filter_bits),
-                                    _spark_schema(KEY_MERGE_ROWS))
+                      .applyInArrow(grouped(merge_key_partition, top=opts.top, filter_bits=filter_bits),
+                                    spark_schema(KEY_MERGE_ROWS))
                       .cache())
         self._cached.append(self._keys)
         self._keys.select("part", "distinct_hashes").collect()  # materialise without the filters
@@ -605,7 +545,7 @@ class IndexStats:
                      parts=self.opts.key_parts, phy_range=(lo, hi), check_crc=self.check_crc)
         n = max(1, len(ranges))
         ids = self.spark.range(0, len(ranges), 1, n)  # one range per partition
-        rows = ids.mapInArrow(fn, _spark_schema(COMMITLOG_ROWS)).cache()
+        rows = ids.mapInArrow(fn, spark_schema(COMMITLOG_ROWS)).cache()
         self._cached.append(rows)
         with typed_task_errors():
             rows.count()
@@ -634,8 +574,8 @@ class IndexStats:
         wanted = frozenset(int(r["key_hash"]) for r in self._top_hashes.collect())
         keys = self._commitlog_rows.select(F.explode("key_parts").alias("k")).select("k.*")
         rows = (keys.repartition(self.opts.key_parts, "part").groupBy("part")
-                .applyInArrow(_grouped(merge_group_partition, wanted=wanted, examples=5),
-                              _spark_schema(GROUP_MERGE_ROWS))
+                .applyInArrow(grouped(merge_group_partition, wanted=wanted, examples=5),
+                              spark_schema(GROUP_MERGE_ROWS))
                 .cache())
         self._cached.append(rows)
         return rows
@@ -661,7 +601,7 @@ class IndexStats:
         f = f[f["entries"] > 0]
         if len(f) == 0:
             return []
-        window_ms = (self.manifest or {}).get("window_ms") or 0
+        window_ms = (self.manifest.window_ms if self.manifest is not None else None) or 0
         S, I = int(f["hash_slot_num"].iloc[0]), int(f["index_num"].iloc[0])
         # A bare directory or a one-window build is one sequence of files, as a broker writes them.
         windowed = window_ms > 0 and f["window_id"].notna().all()

@@ -21,11 +21,12 @@ The plan::
       both as PACKED_ROWS: one row per (batch, range), range = phyOffset div split_bytes, so every
       entry of a message and every item pointing at it meet in one group
       -> repartition(range).groupBy(range)
-         .applyInArrow(check_range)                    the core's content checks on that range in numpy:
-                                                       time-diff, window, the (phyOffset, keyHash)
-                                                       multiset compare (extra, missing), "candidate"
-                                                       rows for items at an offset without entries,
-                                                       and the range's entry count
+         .applyInArrow(check_range)                    the core's content judge on that range
+                                                       (rocketidx.verify.judge_content, as the in-process
+                                                       verify calls it): time-diff, window, the
+                                                       (phyOffset, keyHash) multiset compare (extra,
+                                                       missing), "candidate" rows for items at an offset
+                                                       without entries; and the range's entry count
       -> problem rows (file, kind, offset, a, b, n), cached
     only when there are candidates:
     rocketmq-commitlog, output=messages                is the offset a message that makes no entry (a
@@ -61,12 +62,13 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import layout as L
-from rocketidx.arrays import member_of, unique_counts, unique_sorted
-from rocketidx.indexfile import IndexFile, time_diffs
+from rocketidx.arrays import pack
+from rocketidx.indexfile import FileRef, IndexFile, iter_items, open_index_dir
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register, resolve_split_stops
+from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
 from rocketidx.splits import DEFAULT_SPLIT_BYTES
-from rocketidx.spark.stats import pack, typed_task_errors
-from rocketidx.verify import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, check_structure
+from rocketidx.verify import (CANDIDATE, MAX_LISTED_PER_KIND, ContentParams, EntryRows, FileSummary, Found, ItemRows,
+                              Problem, VerifyReport, check_structure, describe, judge_content)
 
 DEFAULT_ITEMS_PER_TASK = 4 << 20  # 80 MiB of items per read task
 ITEM_BATCH = 1 << 16  # items per Arrow batch a read task yields (1.3 MiB of item bytes)
@@ -105,20 +107,8 @@ PROBLEM_ROWS = pa.schema([
     ("b", pa.int64()),  # extra, missing, candidate: keyHash; time-diff: the diff the store time gives
     ("n", pa.int64()),  # problems the row stands for (missing: entries of one (phyOffset, keyHash))
 ])
-CANDIDATE = "candidate"
-EXPECTED = "expected"
+EXPECTED = "expected"  # a range's entry count
 
-_TIME_DIFF_AT = L.INDEX_ITEM.fields["time_diff_s"][1]
-_LOW32 = 0xFFFFFFFF
-
-
-@dataclass(frozen=True)
-class FileRef:
-    """What a task needs to open one file."""
-
-    path: str
-    hash_slot_num: int
-    index_num: int
 
 
 @dataclass(frozen=True)
@@ -131,43 +121,18 @@ class ItemChunk:
     hi: int
 
 
-@dataclass(frozen=True)
-class ContentParams:
-    """What every range group needs to know about the files and the covered range."""
-
-    items_at: tuple[int, ...]  # per file: byte offset of item 0
-    begin_timestamps: tuple[int, ...]  # per file: the header's, from which its time diffs count
-    first_offsets: tuple[int, ...]  # per file: lowest item phyOffset, -1 without items (missing -> file)
-    window_ms: int | None
-    window_ids: tuple[int, ...] | None
-    lo: int
-    hi: int
-    open_start: bool
-    open_end: bool
-
-
-def _spark_schema(schema: pa.Schema):
-    from pyspark.sql.pandas.types import from_arrow_schema
-    return from_arrow_schema(schema)
-
-
-def _task_setup() -> None:
-    from rocketidx.spark.worker import tune_python_worker
-    tune_python_worker()
-
-
 # --- what the tasks run --------------------------------------------------------------------------
 
 def structure_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[int]],
                    refs: Sequence[FileRef]) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: :func:`check_structure` of each file of the group, one after
     the other, one :data:`STRUCTURE_ROWS` row each."""
-    _task_setup()
+    task_setup()
     for ids in batches:
         for i in (i for g in ids.column("id").to_pylist() for i in groups[g]):
             ref = refs[i]
             report = VerifyReport()
-            arrays = check_structure(IndexFile(ref.path, ref.hash_slot_num, ref.index_num, check=False), report)
+            arrays = check_structure(ref.open(check=False), report)
             phy = arrays["phy"] if arrays is not None else np.zeros(0, np.int64)
             yield pa.RecordBatch.from_pydict({
                 "file": [i], "items": [len(phy) if arrays is not None else -1],
@@ -204,24 +169,16 @@ def _unpack(table: pa.Table, name: str) -> np.ndarray:
 def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int
                ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: each chunk of the group, ``ITEM_BATCH`` items at a time, as
-    :data:`PACKED_ROWS`. Read with ``pread`` rather than through a mapping, so a task's RSS is one batch,
-    not the file."""
-    _task_setup()
-    size = L.INDEX_ITEM.itemsize
+    :data:`PACKED_ROWS`, read by :func:`rocketidx.indexfile.iter_items` (a task's RSS is one batch, not
+    the file; a file cut short raises :class:`CorruptIndexError` naming it and the byte)."""
+    task_setup()
     for ids in batches:
         for ch in (ch for g in ids.column("id").to_pylist() for ch in groups[g]):
-            items_at = L.items_offset(ch.ref.hash_slot_num)
-            fd = os.open(ch.ref.path, os.O_RDONLY)
-            try:
-                for a in range(ch.lo, ch.hi, ITEM_BATCH):
-                    raw = os.pread(fd, min(ITEM_BATCH, ch.hi - a) * size, items_at + a * size)
-                    items = np.frombuffer(raw, L.INDEX_ITEM, len(raw) // size)
-                    phy = items["phy_offset"].astype(np.int64)
-                    yield _pack(np.floor_divide(phy, split_bytes), False, {
-                        "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
-                        "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
-            finally:
-                os.close(fd)
+            for a, items in iter_items(ch.ref.path, ch.ref.hash_slot_num, ch.lo, ch.hi, ITEM_BATCH):
+                phy = items["phy_offset"].astype(np.int64)
+                yield _pack(np.floor_divide(phy, split_bytes), False, {
+                    "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
+                    "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
 
 
 def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int, hi: int
@@ -229,7 +186,7 @@ def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int
     """``mapInArrow`` over the source's ``shuffle`` rows (entries already packed per decoded batch): the
     entries of messages in ``[lo, hi]`` as :data:`PACKED_ROWS`."""
     from rocketidx.bundles import iter_bundles
-    _task_setup()
+    task_setup()
     for batch in batches:
         for bundle in iter_bundles(batch):
             phy, kh, ts = bundle.entries()
@@ -241,98 +198,48 @@ def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int
 
 
 def _problems(file, kind: str, offset, a=None, b=None, n=None) -> pa.RecordBatch:
-    m = len(offset)
-    zeros = np.zeros(m, np.int64)
+    f = Found.of(kind, file, offset, a, b, n)
     return pa.RecordBatch.from_arrays([
-        pa.array(np.full(m, file, np.int32) if np.isscalar(file) else np.asarray(file, np.int32)),
-        pa.array([kind] * m, pa.string()), pa.array(np.asarray(offset, np.int64)),
-        pa.array(zeros if a is None else np.asarray(a, np.int64)),
-        pa.array(zeros if b is None else np.asarray(b, np.int64)),
-        pa.array(np.ones(m, np.int64) if n is None else np.asarray(n, np.int64))], schema=PROBLEM_ROWS)
-
-
-def _counts_at(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
-    """How often each of ``keys`` occurs, from ``unique_counts`` output (0 for keys not in it)."""
-    values, counts = counted
-    if not len(values):
-        return np.zeros(len(keys), np.int64)
-    pos = np.minimum(np.searchsorted(values, keys), len(values) - 1)
-    return np.where(values[pos] == keys, counts[pos], 0)
+        pa.array(f.file.astype(np.int32)), pa.array([kind] * len(f.offset), pa.string()), pa.array(f.offset),
+        pa.array(f.a), pa.array(f.b), pa.array(f.n)], schema=PROBLEM_ROWS)
 
 
 def check_range(table: pa.Table, params: ContentParams) -> list[pa.RecordBatch]:
-    """The content checks of one range of CommitLog offsets: its entries (rows with ``is_entry``) and
-    the items pointing into it, the core's ``verify_index`` restricted to these offsets."""
+    """One range group: its entries (rows with ``is_entry``) and the items pointing into it, judged by
+    the core's :func:`rocketidx.verify.judge_content` (which knows no messages here, so an item at an
+    offset without entries comes back a ``candidate`` for the messages pass), as :data:`PROBLEM_ROWS`,
+    and the range's entry count (an ``expected`` row)."""
     is_entry = table.column("is_entry").to_numpy(zero_copy_only=False)
     ent, it = table.filter(pa.array(is_entry)), table.filter(pa.array(~is_entry))
-    e_phy, e_kh, e_ts = (_unpack(ent, c).astype(np.int64, copy=False) for c in ("phy", "kh", "ts"))
-    i_file, i_item, i_phy, i_kh, i_td = (_unpack(it, c).astype(np.int64, copy=False)
-                                         for c in ("file", "item", "phy", "kh", "td"))
-    i_off = np.asarray(params.items_at, np.int64)[i_file] + L.INDEX_ITEM.itemsize * i_item
-    out = [_problems(-1, EXPECTED, [0], n=[len(e_phy)])]
-    # Each message's store time (all its entries share it).
-    order = np.argsort(e_phy, kind="stable")
-    sorted_phy = e_phy[order]
-    first = np.flatnonzero(np.concatenate(([True], sorted_phy[1:] != sorted_phy[:-1]))) if len(e_phy) else order
-    u_phy, u_ts = sorted_phy[first], e_ts[order][first]
-    pos = np.minimum(np.searchsorted(u_phy, i_phy), max(len(u_phy) - 1, 0))
-    has = u_phy[pos] == i_phy if len(u_phy) else np.zeros(len(i_phy), bool)
-    c = ~has  # a message that makes no entry, or no message at all: the messages pass decides
-    if c.any():
-        out.append(_problems(i_file[c], CANDIDATE, i_off[c], i_phy[c], i_kh[c]))
-    h = np.flatnonzero(has)
-    ts = u_ts[pos[h]]
-    for fi in unique_sorted(i_file[h]).tolist():
-        s = np.flatnonzero(i_file[h] == fi)
-        exp_td = time_diffs(ts[s], params.begin_timestamps[fi])
-        # A rolled file's first diff is measured from the previous file's end: not checked.
-        wrong = (i_item[h[s]] != L.FIRST_INDEX) & (exp_td != i_td[h[s]])
-        if wrong.any():
-            at = h[s[wrong]]
-            out.append(_problems(fi, "time-diff", i_off[at] + _TIME_DIFF_AT, i_td[at], exp_td[wrong]))
-        if params.window_ms and params.window_ids is not None:
-            at = h[s[np.floor_divide(ts[s], params.window_ms) != params.window_ids[fi]]]
-            if len(at):
-                out.append(_problems(fi, "window", i_off[at]))
-    # Coverage: (message rank, keyHash) multisets; a damaged negative keyHash keeps its 32 bits, so it
-    # matches no entry and stays apart from every other key.
-    want = unique_counts((np.searchsorted(u_phy, e_phy) << 32) | e_kh)
-    item_keys = (pos[h] << 32) | (i_kh[h] & _LOW32)
-    got = unique_counts(item_keys)
-    keys = unique_sorted(np.concatenate((got[0], want[0])))
-    g, w = _counts_at(got, keys), _counts_at(want, keys)
-    extra = h[member_of(item_keys, keys[g > w])]
-    if len(extra):
-        out.append(_problems(i_file[extra], "extra", i_off[extra], i_phy[extra], i_kh[extra]))
-    missing = w > g
-    if params.open_end:
-        missing &= u_phy[keys >> 32] != params.hi
-    if params.open_start:
-        missing &= u_phy[keys >> 32] != params.lo
-    if missing.any():
-        m_phy = u_phy[keys[missing] >> 32]
-        starts = np.asarray(params.first_offsets, np.int64)
-        # To the file whose offset range holds it, else the nearest before: the core's very searchsorted.
-        fi = np.clip(np.searchsorted(starts, m_phy, side="right") - 1, 0, len(starts) - 1)
-        out.append(_problems(fi, "missing", np.zeros(len(m_phy), np.int64), m_phy, keys[missing] & _LOW32,
-                             (w - g)[missing]))
-    return out
+    entries = EntryRows(*(_unpack(ent, c).astype(np.int64, copy=False) for c in ("phy", "kh", "ts")))
+    items = ItemRows(*(_unpack(it, c).astype(np.int64, copy=False) for c in ("file", "item", "phy", "kh", "td")))
+    out = [_problems(-1, EXPECTED, [0], n=[len(entries.phy)])]
+    return out + [_problems(f.file, f.kind, f.offset, f.a, f.b, f.n) for f in judge_content(items, entries, params)]
 
 
-def _range_task(params: ContentParams):
-    """:func:`check_range` for ``applyInArrow``, which tells its forms apart by type hints."""
-    def apply(table: pa.Table) -> pa.Table:
-        _task_setup()
-        return pa.Table.from_batches(check_range(table, params), PROBLEM_ROWS)
-    return apply
+def _range_table(table: pa.Table, *, params: ContentParams) -> pa.Table:
+    task_setup()
+    return pa.Table.from_batches(check_range(table, params), PROBLEM_ROWS)
 
 
 # --- the driver -----------------------------------------------------------------------------------
 
-def _as_index_file(f, hash_slot_num: int | None, index_num: int | None) -> IndexFile:
-    if isinstance(f, IndexFile):
-        return f
-    return IndexFile(f, hash_slot_num or L.DEFAULT_HASH_SLOT_NUM, index_num or L.DEFAULT_INDEX_NUM, check=False)
+def _open_files(files: Sequence[IndexFile | str | os.PathLike], hash_slot_num: int | None,
+                index_num: int | None) -> list[IndexFile]:
+    """``files`` as :class:`IndexFile` values: those given as such kept, paths opened with the sizes of
+    the directory they are in (:func:`rocketidx.indexfile.open_index_dir`'s rule: the arguments, else
+    its manifest, else what its files tell, else the broker's)."""
+    sizes: dict[str, tuple[int, int]] = {}
+    out = []
+    for f in files:
+        if not isinstance(f, IndexFile):
+            parent = os.path.dirname(os.path.abspath(f))
+            if parent not in sizes:
+                d = open_index_dir(parent, hash_slot_num, index_num)
+                sizes[parent] = (d.hash_slot_num, d.index_num)
+            f = IndexFile(f, *sizes[parent], check=False)
+        out.append(f)
+    return out
 
 
 def _add_listed(report: VerifyReport, file: str, kind: str, total: int, listed: list[tuple[int, str]],
@@ -348,19 +255,12 @@ def _add_listed(report: VerifyReport, file: str, kind: str, total: int, listed: 
 
 
 def _details(kind: str, rows: list, window_id: int | None) -> list[tuple[int, str]]:
-    """(offset, detail) of a group's first rows, worded as the core words them."""
-    if kind == "not-a-message":
-        return [(r["offset"], f"phyOffset {r['a']} is not the start of a valid message") for r in rows]
-    if kind == "time-diff":
-        return [(r["offset"], f"time diff {r['a']} but the message's store time gives {r['b']}") for r in rows]
-    if kind == "window":
-        return [(r["offset"], f"entry's store time is outside the file's window {window_id}") for r in rows]
-    if kind == "extra":
-        return [(r["offset"], f"no index key of the message at {r['a']} hashes to {r['b']}") for r in rows]
-    listed = []  # missing: a row per (phyOffset, keyHash) standing for n entries, each listed
+    """(offset, detail) of a group's first rows, worded by the core (:func:`rocketidx.verify.describe`);
+    a ``missing`` row stands for ``n`` entries, each listed."""
+    listed: list[tuple[int, str]] = []
     for r in rows:
         take = min(r["n"], MAX_LISTED_PER_KIND - len(listed))
-        listed += [(0, f"entry (phyOffset {r['a']}, keyHash {r['b']}) the CommitLog implies is not indexed")] * take
+        listed += [(r["offset"], describe(kind, r["a"], r["b"], window_id))] * take
     return listed
 
 
@@ -372,8 +272,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     """:func:`rocketidx.verify.verify_index` on Spark: the same report, with bounded memory per task.
 
     ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
-    files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``,
-    default the broker's). Every executor must see the files and the CommitLog at these paths.
+    files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``, else
+    the sizes their directory's manifest or files tell, else the broker's). Every executor must see the files and the CommitLog at these paths.
     ``commitlog``, ``window_ms``, ``window_ids``, ``check_crc``, ``open_end``, ``open_start``: as in
     ``verify_index``. ``spark``: the session (default :func:`rocketidx.spark.get_session`);
     ``split_bytes``: CommitLog bytes per read task and per content group; ``items_per_task``: items
@@ -386,7 +286,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     if spark is None:
         from rocketidx.spark.session import get_session
         spark = get_session()
-    files = [_as_index_file(f, hash_slot_num, index_num) for f in files]
+    files = _open_files(files, hash_slot_num, index_num)
     refs = [FileRef(f.path, f.hash_slot_num, f.index_num) for f in files]
     report = VerifyReport()
     if not files:
@@ -396,7 +296,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     file_groups = pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))
     with typed_task_errors():
         rows = (spark.range(0, len(file_groups), 1, len(file_groups))
-                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), _spark_schema(STRUCTURE_ROWS))
+                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), spark_schema(STRUCTURE_ROWS))
                 .collect())
     by_file = {r["file"]: r for r in rows}
     for i, f in enumerate(files):
@@ -425,7 +325,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                    whole_segments=resolved.whole_segments(opts.whole_segments))
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
     entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
-        partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), _spark_schema(PACKED_ROWS))
+        partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi), spark_schema(PACKED_ROWS))
     chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
               for i, r in sorted(by_file.items()) if r["items"] > 0
               for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
@@ -434,7 +334,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                     for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
     items = (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
              .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes),
-                         _spark_schema(PACKED_ROWS)))
+                         spark_schema(PACKED_ROWS)))
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
         tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
@@ -444,7 +344,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     cached = []
     try:
         found = (entries.unionByName(items).repartition(partitions, "range")
-                 .groupBy("range").applyInArrow(_range_task(params), _spark_schema(PROBLEM_ROWS))
+                 .groupBy("range").applyInArrow(grouped(_range_table, params=params), spark_schema(PROBLEM_ROWS))
                  .persist(StorageLevel.MEMORY_AND_DISK))
         cached.append(found)
         with typed_task_errors():

@@ -82,10 +82,10 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     from rocketidx.indexfile import WindowWriter
     from rocketidx.output import TaskFiles
     from rocketidx.bundles import iter_bundles
-    from rocketidx.spark.worker import tune_python_worker
+    from rocketidx.spark.tasks import task_setup
     from rocketidx.splits import RangeInfo, resolve_stops, skip_mask
 
-    tune_python_worker()
+    task_setup()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     ctx = TaskContext.get()

@@ -37,7 +37,7 @@ def verify_both(spark, index_dir, commitlog=None, slots=SLOTS, items=ITEMS, wind
     pre = VerifyReport()
     opened, manifest = open_for_verify(index_dir, slots, items, pre)
     if window and manifest:
-        kw.update(window_ms=manifest["window_ms"], window_ids=[f["window_id"] for f in manifest["files"]])
+        kw.update(window_ms=manifest.window_ms, window_ids=manifest.window_ids)
     opened = opened if files is None else [opened[i] for i in files]
     core = verify_index(opened, commitlog, **kw)
     got = verify_index_spark(opened, commitlog, spark=spark, split_bytes=SPLIT, **kw)
@@ -73,6 +73,9 @@ def test_structure_only_without_a_commitlog(spark):
     paths = sorted(str(p) for p in (G3 / "expected" / "index").iterdir())
     by_path = verify_index_spark(paths, spark=spark, hash_slot_num=SLOTS, index_num=ITEMS)
     assert by_path.as_dict() == r.as_dict()
+    # Paths without sizes: those their directory tells (open_index_dir's rule; g3 has full files), as
+    # the CLI's directory gets them, not the broker defaults.
+    assert verify_index_spark(paths, spark=spark).as_dict() == r.as_dict()
 
 
 # --- the damage cases of test_verify.py --------------------------------------------------------------

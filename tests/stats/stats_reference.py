@@ -2,8 +2,8 @@
 
 IndexFiles are parsed with ``struct`` from the spec's layout (written out below, not imported from
 ``rocketidx.layout``), chains are walked link by link from each slot head, and key hashes are Java's
-``String.hashCode`` computed one UTF-16 unit at a time. Slow and obvious on purpose: these are the
-expectations the vectorised code is checked against.
+``String.hashCode`` computed one UTF-16 unit at a time (``scenarios.java_key_hash``, the tests' one copy).
+Slow and obvious on purpose: these are the expectations the vectorised code is checked against.
 
 IndexFile (big-endian)::
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from refdata import GOLDEN  # the one definition of where the reference cases live
+from scenarios import java_key_hash  # noqa: F401 - the tests' one Java hash reference, re-exported
 
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
@@ -63,16 +64,6 @@ def chain_lengths(f: RefFile) -> dict[int, int]:
             i = prev
         out[s] = n
     return out
-
-
-def java_key_hash(key: str) -> int:
-    h = 0
-    units = key.encode("utf-16-be", "surrogatepass")
-    for j in range(0, len(units), 2):
-        h = (31 * h + int.from_bytes(units[j:j + 2], "big")) & 0xFFFFFFFF
-    if h >= 2**31:
-        h -= 2**32
-    return 0 if h == -2**31 else abs(h)
 
 
 def nearest_rank(values: list[int], q: float) -> int:

@@ -195,7 +195,7 @@ def test_items_source_agrees_with_the_scan(spark, windowed):
 
 
 def test_small_files_share_tasks():
-    from rocketidx.spark.stats import pack
+    from rocketidx.arrays import pack
     # Largest first, each to the lightest group: 5 -> A, 4 -> B, 1 -> B (4 < 5), 1 -> A (tie: first), 1 -> B.
     assert pack([5, 1, 1, 1, 4], 2) == [[0, 2], [1, 3, 4]]
     assert pack([3, 3], 5) == [[0], [1]]

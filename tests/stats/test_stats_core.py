@@ -13,6 +13,7 @@ import pytest
 
 from rocketidx import stats as core
 from rocketidx.errors import ConfigError, CorruptIndexError
+from rocketidx.indexfile import FileRef
 from stats_reference import GOLDEN_NAMES, chain_lengths, golden_case, java_key_hash, nearest_rank
 
 # --- a file made by hand ------------------------------------------------------------------------
@@ -51,8 +52,8 @@ def write_hand_file(path: Path, items=HAND_ITEMS, slots=HAND_SLOTS, hash_slot_nu
     return path
 
 
-def hand_ref(path: Path, **kw) -> core.FileRef:
-    return core.FileRef(str(path), path.name, 0, kw.get("hash_slot_num", 5), kw.get("index_num", 10))
+def hand_ref(path: Path, **kw) -> FileRef:
+    return FileRef(str(path), kw.get("hash_slot_num", 5), kw.get("index_num", 10))
 
 
 def test_scan_of_a_hand_made_file(tmp_path):
@@ -90,7 +91,7 @@ def test_chunked_reads_give_the_same_scan(tmp_path):
 def test_a_message_continued_from_the_previous_file_counts_once(tmp_path):
     path = write_hand_file(tmp_path / "f")
     first_phy = HAND_ITEMS[0][1]
-    cont = core.FileRef(str(path), path.name, 1, 5, 10, continues_phy=first_phy)
+    cont = FileRef(str(path), 5, 10, 1, continues_phy=first_phy)
     assert core.scan_file(cont, bucket_ms=60_000).row["messages"] == 3  # A started in the previous file
 
 
@@ -107,7 +108,7 @@ def test_negative_key_hash_names_the_file_and_byte(tmp_path):
 def test_wrong_sizes_are_a_typed_error(tmp_path):
     path = write_hand_file(tmp_path / "f")
     with pytest.raises(CorruptIndexError, match="file size"):
-        core.scan_file(core.FileRef(str(path), "f", 0, 6, 10), bucket_ms=60_000)
+        core.scan_file(FileRef(str(path), 6, 10), bucket_ms=60_000)
     with pytest.raises(ConfigError):
         core.scan_file(hand_ref(path), bucket_ms=0)
 

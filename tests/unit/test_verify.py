@@ -34,7 +34,7 @@ def run_verify(index_dir, commitlog=None, slots=SLOTS, items=ITEMS, window=False
     files, manifest = open_for_verify(index_dir, slots, items, pre)
     kw = {}
     if window and manifest:
-        kw = dict(window_ms=manifest["window_ms"], window_ids=[f["window_id"] for f in manifest["files"]])
+        kw = dict(window_ms=manifest.window_ms, window_ids=manifest.window_ids)
     r = verify_index(files, commitlog, **kw)
     r.counts.update(pre.counts)
     r.problems[:0] = pre.problems
@@ -205,3 +205,45 @@ def test_cli_exit_codes(damaged, tmp_path, capsys):
     assert report["problems"][0]["offset"] == item_at(5, 16)
     assert main(["verify", "--index", str(tmp_path / "nope")]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+# --- the content judge both verifies call -----------------------------------------------------------
+
+def _judge(items, entries, messages=None, **kw):
+    import numpy as np
+
+    from rocketidx.verify import ContentParams, EntryRows, ItemRows, judge_content
+    params = dict(items_at=(1000, 5000), begin_timestamps=(10_000, 0), first_offsets=(100, 400), window_ms=None,
+                  window_ids=None, lo=100, hi=500, open_start=False, open_end=False)
+    params.update(kw)
+    a = lambda rows, k: np.array([r[k] for r in rows], np.int64)  # noqa: E731
+    found = judge_content(ItemRows(*(a(items, k) for k in range(5))), EntryRows(*(a(entries, k) for k in range(3))),
+                          ContentParams(**params), None if messages is None else np.array(messages, np.int64))
+    return {f.kind: list(zip(f.file.tolist(), f.offset.tolist(), f.a.tolist(), f.b.tolist(), f.n.tolist()))
+            for f in found}
+
+
+def test_the_content_judge_finds_each_kind_at_its_item():
+    entries = [(100, 7, 12_000), (100, 8, 12_000), (200, 9, 15_000), (400, 5, 20_000), (400, 5, 20_000)]
+    items = [(0, 1, 100, 7, 2), (0, 2, 100, 8, 2),  # message 100: both keys, diffs right
+             (0, 3, 200, 9, 4),                      # diff 4, the store time gives 5
+             (0, 4, 300, 3, 0),                      # 300: no entries there
+             (1, 1, 400, 5, 0)]                      # one of message 400's two key-5 entries
+    got = _judge(items, entries)
+    assert got["time-diff"] == [(0, 1000 + 20 * 3 + 12, 4, 5, 1)]
+    assert got["candidate"] == [(0, 1000 + 20 * 4, 300, 3, 1)]  # no messages known: the caller decides
+    assert got["missing"] == [(1, 0, 400, 5, 1)]  # owned by the file whose offsets hold it
+    assert set(got) == {"time-diff", "candidate", "missing"}
+    with_messages = _judge(items, entries, messages=[100, 200, 400, 450])
+    assert with_messages["not-a-message"] == [(0, 1000 + 20 * 4, 300, 3, 1)]
+    assert _judge(items, entries, messages=[100, 200, 300, 400])["extra"] == [(0, 1000 + 20 * 4, 300, 3, 1)]
+    assert "missing" not in _judge(items, entries, open_end=True, hi=400)
+
+
+def test_the_content_judge_keeps_a_negative_key_hash_apart_and_checks_windows():
+    entries = [(100, 7, 12_000)]
+    items = [(0, 1, 100, -7, 0), (0, 2, 100, 7, 0)]
+    got = _judge(items, entries, window_ms=1000, window_ids=(11, 0))
+    assert got["extra"] == [(0, 1000 + 20, 100, -7, 1)]
+    # 12,000 ms is window 12, not 11: both items point at that message
+    assert got["window"] == [(0, 1000 + 20, 0, 0, 1), (0, 1000 + 20 * 2, 0, 0, 1)]
