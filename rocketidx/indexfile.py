@@ -24,7 +24,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.errors import CorruptIndexError, StoreLayoutError
+from rocketidx.errors import ConfigError, CorruptIndexError, StoreLayoutError
 from rocketidx.keys import key_hash_py, slot_of
 from rocketidx.manifest import INDEX_DIR, Manifest, ManifestFile
 
@@ -112,7 +112,8 @@ class WindowWriter:
     def __init__(self, directory: str | os.PathLike, window_id: int, window_ms: int,
                  hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM, index_num: int = L.DEFAULT_INDEX_NUM):
         if hash_slot_num <= 0 or index_num <= L.FIRST_INDEX:
-            raise ValueError("hash_slot_num must be > 0 and index_num > 1")
+            raise ConfigError("hash_slot_num/index_num", (hash_slot_num, index_num),
+                              "need at least 1 slot and 2 items (item 0 is never used)")
         self.directory = str(directory)
         self.window_id, self.window_ms = window_id, window_ms
         self.hash_slot_num, self.index_num = hash_slot_num, index_num

@@ -18,6 +18,7 @@ chunk, :mod:`rocketidx.spark.verify` per range group.
 """
 from __future__ import annotations
 
+import errno
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -92,11 +93,15 @@ def _zero_from_file(path: str, offset: int, end: int) -> int | None:
         fd = fh.fileno()
         pos = offset
         chunk = 8 << 20
+        seek_data = True
         while pos < end:
-            try:
-                pos = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError:
-                return None
+            if seek_data:
+                try:
+                    pos = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:  # nothing but holes to the end
+                        return None
+                    seek_data = False  # no SEEK_DATA on this filesystem: read every byte
             if pos >= end:
                 return None
             n = min(chunk, end - pos)

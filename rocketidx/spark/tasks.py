@@ -62,9 +62,9 @@ def task_setup() -> None:
         if isinstance(finder, cls):
             try:
                 st = os.stat(finder.archive)
-                finder._rocketidx_stamp = (st.st_mtime_ns, st.st_size)
-            except OSError:
-                pass
+            except OSError:  # the archive is gone: the next task re-reads it, as PySpark would
+                continue
+            finder._rocketidx_stamp = (st.st_mtime_ns, st.st_size)
     import numpy  # noqa: F401 - imported before freezing, so its objects are frozen too
     import pyarrow  # noqa: F401
     gc.collect()

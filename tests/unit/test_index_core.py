@@ -204,3 +204,31 @@ def test_pack_spreads_sizes_over_groups_largest_first():
     assert pack([5, 1, 1, 1, 4], 2) == [[0, 2], [1, 3, 4]]
     assert pack([0, 0, 0], 2) == [[0, 2], [1]]  # a size below 1 counts as 1
     assert pack([], 3) == []
+
+
+def test_a_writer_without_room_for_an_entry_is_a_config_error(tmp_path):
+    from rocketidx.errors import ConfigError
+    from rocketidx.indexfile import WindowWriter
+    for slots, items in ((0, 10), (7, 1)):
+        with pytest.raises(ConfigError):
+            WindowWriter(tmp_path, 0, 0, slots, items)
+
+
+def test_the_zero_scan_reads_every_byte_where_seek_data_is_missing(tmp_path, monkeypatch):
+    """A filesystem without SEEK_DATA (EINVAL) must not pass for 'holes to the end'."""
+    import errno
+    import os
+
+    from rocketidx import verify
+    p = tmp_path / "f"
+    p.write_bytes(bytes(5000) + b"\x01" + bytes(100))
+    assert verify._zero_from_file(str(p), 0, 5101) == 5000
+
+    def no_seek_data(fd, pos, how):
+        if how == os.SEEK_DATA:
+            raise OSError(errno.EINVAL, "SEEK_DATA not supported")
+        return real(fd, pos, how)
+    real = os.lseek
+    monkeypatch.setattr(os, "lseek", no_seek_data)
+    assert verify._zero_from_file(str(p), 0, 5101) == 5000
+    assert verify._zero_from_file(str(p), 5001, 5101) is None
