@@ -273,7 +273,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
 
     ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
     files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``, else
-    the sizes their directory's manifest or files tell, else the broker's). Every executor must see the files and the CommitLog at these paths.
+    the sizes their directory's manifest or files tell, else the broker's). Every executor must see the
+    files and the CommitLog at these paths.
     ``commitlog``, ``window_ms``, ``window_ids``, ``check_crc``, ``open_end``, ``open_start``: as in
     ``verify_index``. ``spark``: the session (default :func:`rocketidx.spark.get_session`);
     ``split_bytes``: CommitLog bytes per read task and per content group; ``items_per_task``: items
@@ -292,23 +293,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     if not files:
         return report
     cores = spark.sparkContext.defaultParallelism
-    sizes = [max(1, f.header.index_count) for f in files]
-    file_groups = pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))
-    with typed_task_errors():
-        rows = (spark.range(0, len(file_groups), 1, len(file_groups))
-                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), spark_schema(STRUCTURE_ROWS))
-                .collect())
-    by_file = {r["file"]: r for r in rows}
-    for i, f in enumerate(files):
-        h, row = f.header, by_file[i]
-        summary = FileSummary(f.name, max(0, h.index_count - 1), h.begin_timestamp, h.end_timestamp,
-                              h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count)
-        report.problems.extend(Problem(f.path, p["offset"], p["kind"], p["detail"]) for p in row["problems"])
-        for c in row["counts"]:
-            report.counts[c["kind"]] += c["n"]
-        summary.problems = sum(c["n"] for c in row["counts"])
-        report.files.append(summary)
-        report.entries_checked += max(0, row["items"])
+    by_file = _check_structure(spark, files, refs, items_per_task, report)
     nonempty = [by_file[i] for i in range(len(files)) if by_file[i]["items"] > 0]
     if commitlog is None or not nonempty:
         return report
@@ -371,10 +356,41 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     finally:
         for df in cached:
             df.unpersist()
+    _list_content(report, files, window_ids, totals, firsts)
+    return report
+
+
+def _check_structure(spark, files: list[IndexFile], refs: list[FileRef], items_per_task: int,
+                     report: VerifyReport) -> dict[int, dict]:
+    """The structure checks in tasks (files packed into about equal groups of items); each file's summary
+    and problems go into ``report``. Returns the task rows by file number (items, offset range)."""
+    cores = spark.sparkContext.defaultParallelism
+    sizes = [max(1, f.header.index_count) for f in files]
+    file_groups = pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))
+    with typed_task_errors():
+        rows = (spark.range(0, len(file_groups), 1, len(file_groups))
+                .mapInArrow(partial(structure_task, groups=file_groups, refs=refs), spark_schema(STRUCTURE_ROWS))
+                .collect())
+    by_file = {r["file"]: r for r in rows}
+    for i, f in enumerate(files):
+        h, row = f.header, by_file[i]
+        summary = FileSummary(f.name, max(0, h.index_count - 1), h.begin_timestamp, h.end_timestamp,
+                              h.begin_phy_offset, h.end_phy_offset, h.hash_slot_count)
+        report.problems.extend(Problem(f.path, p["offset"], p["kind"], p["detail"]) for p in row["problems"])
+        for c in row["counts"]:
+            report.counts[c["kind"]] += c["n"]
+        summary.problems = sum(c["n"] for c in row["counts"])
+        report.files.append(summary)
+        report.entries_checked += max(0, row["items"])
+    return by_file
+
+
+def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, totals: dict, firsts: list) -> None:
+    """The content problems into ``report`` in the core's order and wording: per file not-a-message,
+    time-diff, window; then extra, then missing, per file; at most MAX_LISTED_PER_KIND listed each."""
     groups: dict[tuple[int, str], list] = {}
     for r in sorted(firsts, key=lambda r: r["rank"]):
         groups.setdefault((r["file"], r["kind"]), []).append(r.asDict())
-    # The core's order: per file not-a-message, time-diff, window; then extra, then missing, per file.
     order_of = [(i, k) for i in range(len(files)) for k in ("not-a-message", "time-diff", "window")]
     order_of += [(i, "extra") for i in range(len(files))] + [(i, "missing") for i in range(len(files))]
     for i, kind in order_of:
@@ -383,4 +399,3 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
         next_offset = (listed_rows[MAX_LISTED_PER_KIND]["offset"]
                        if kind != "missing" and len(listed_rows) > MAX_LISTED_PER_KIND else 0)
         _add_listed(report, files[i].path, kind, int(totals.get((i, kind), 0)), listed, next_offset)
-    return report
