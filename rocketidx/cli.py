@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--span", type=duration_arg("--span"), default=24 * 3_600_000, help="time span (default 24h)")
     g.add_argument("--start-ms", type=count_arg("--start-ms"), default=1_700_000_000_000)
     g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--clock-steps", type=count_arg("--clock-steps"), default=0,
+                   help="places where the broker's clock steps back (default 0: store times only rise)")
+    g.add_argument("--clock-back", type=duration_arg("--clock-back"), default=0,
+                   help="how far the clock steps back at each place (e.g. 90m)")
 
     add_build_arguments(sub.add_parser(
         "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json"))
@@ -140,7 +144,8 @@ def _parser() -> argparse.ArgumentParser:
 def cmd_gen(a) -> int:
     from rocketidx.generate import GenConfig, generate_store
     cfg = GenConfig(messages=a.messages, segment_bytes=a.segment_bytes, body_bytes=a.body_bytes, topics=a.topics,
-                    keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed)
+                    keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
+                    clock_steps=a.clock_steps, clock_back_ms=a.clock_back)
     t0 = time.monotonic()
     info = generate_store(a.out, cfg)
     info["wall_s"] = round(time.monotonic() - t0, 2)
@@ -189,7 +194,7 @@ def _build_on_spark(a, cfg):
     settings = load_spark_settings(a.spark_conf or project_conf("spark.json"),
                                    split_bytes=a.split_bytes, shuffle_partitions=a.partitions, master=a.master)
     stats: dict = {}
-    with spark_session(settings) as spark:
+    with spark_session(settings, sources=False) as spark:
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
                                        from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
                                        to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
@@ -317,7 +322,7 @@ def cmd_demo(a) -> int:
         from rocketidx.spark.pipeline import build_index_spark
         from rocketidx.spark.session import SparkSettings, spark_session
         print(f"building the index of {store}/commitlog into {out} on local Spark ...", flush=True)
-        with spark_session(SparkSettings(master=a.master)) as spark:
+        with spark_session(SparkSettings(master=a.master), sources=False) as spark:
             manifest, summary = build_index_spark(store, out, config, spark=spark, split_bytes=32 * 1024**2)
     print_summary(summary)
     print(f"files: {', '.join(f['name'] for f in manifest['files'])}")

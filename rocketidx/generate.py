@@ -41,10 +41,16 @@ class GenConfig:
     share_ipv6: float = 0.03
     share_tx: float = 0.03  # split evenly into prepared, commit and rollback
     distinct_keys: int = 0  # 0: about messages / 2, so many keys repeat
+    # A broker clock stepping back: at ``clock_steps`` evenly spaced places, a run of messages (1/20 of
+    # the messages between two places) is stamped ``clock_back_ms`` earlier, as after an NTP step.
+    clock_steps: int = 0
+    clock_back_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
             raise ConfigError("segment_bytes", self.segment_bytes, "must be at least 4096")
+        if self.clock_steps < 0 or self.clock_back_ms < 0:
+            raise ConfigError("clock_steps", (self.clock_steps, self.clock_back_ms), "must not be negative")
 
 
 _BLANK = struct.Struct(">iI")
@@ -87,6 +93,10 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig) -> dict:
     queue_ids = rng.integers(0, 8, n)
     step = cfg.span_ms / max(1, n)
     store_ts = cfg.start_ms + (np.arange(n) * step).astype(np.int64) + rng.integers(0, 3, n)
+    if cfg.clock_steps and cfg.clock_back_ms:
+        run = max(1, n // (20 * (cfg.clock_steps + 1)))
+        for at in np.linspace(0, n, cfg.clock_steps + 2)[1:-1].astype(np.int64):
+            store_ts[at:at + run] -= cfg.clock_back_ms
     born_ts = store_ts - rng.integers(0, 2000, n)
     uniq_prefix = f"{cfg.seed & 0xFFFFFFFF:08X}7F0000012F1C"
     queue_offsets: dict[tuple[int, int], int] = {}

@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from dataclasses import replace
 from functools import partial
 
@@ -35,6 +36,7 @@ from rocketidx.build import BuildSummary, manifest_header
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
 from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
+from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
 from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, ResolvedStops, plan_splits, resolve_stops
@@ -108,8 +110,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       from_offset: int | None = None, to_offset: int | None = None,
                       from_time_ms: int | None = None, to_time_ms: int | None = None,
                       shuffle_partitions: int | None = None, stats: dict | None = None,
-                      start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None
-                      ) -> tuple[dict, BuildSummary]:
+                      start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
+                      shuffle: bool = False) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
 
     ``start_offset``, ``skip_entries``, ``name_after``: as in ``build_index`` (a backfill's range; the
@@ -118,7 +120,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
 
     ``spark``: a session to use (else one is joined or created, ``master`` default ``local[*]``);
     ``shuffle_partitions``: writer partitions (default: the session's default parallelism);
-    ``stats``: a dict to fill with Spark-side figures (splits, partitions, peak worker RSS, job time).
+    ``stats``: a dict to fill with Spark-side figures (mode, tasks, partitions, peak worker RSS, job time);
+    ``shuffle``: always use the shuffle plan (else it runs only where the direct plan cannot: a remote
+    CommitLog, a log too far out of time order, a read that stops early; see :func:`_run_direct`).
     """
     t0 = time.monotonic()
     commitlog, out = str(commitlog), str(out)
@@ -147,7 +151,14 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         staging = output.new_staging()
         try:
             t_job = time.monotonic()
-            rows, resolved, splits = _run(spark, opts, output, staging, config, n, segments)
+            ran = None
+            plan_figures: dict = {}
+            if not shuffle:
+                ran = _run_direct(spark, opts, output, staging, config, shuffle_partitions, segments, plan_figures)
+            mode = "shuffle" if ran is None else "direct"
+            if ran is None:
+                ran = _run(spark, opts, output, staging, config, n, segments)
+            rows, resolved, splits = ran
             t_job = time.monotonic() - t_job
             if resolved.stop and resolved.stop["kind"] == "corrupt":
                 log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
@@ -182,14 +193,100 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
     tasks = [r for r in rows if r["kind"] == "task"]
     rss = [i.worker_rss_kb for i in infos] + [r["worker_rss_kb"] for r in tasks]
-    figures = {"splits": splits, "partitions": n, "job_s": round(t_job, 3), "commit_s": round(t_commit, 3),
+    read_cpu = sum(i.cpu_ms for i in infos) / 1000
+    figures = {"mode": mode, "splits": splits, "partitions": n if mode == "shuffle" else plan_figures["tasks"],
+               **(plan_figures if mode == "direct" else {}),
+               "job_s": round(t_job, 3), "commit_s": round(t_commit, 3),
                "peak_worker_rss_mb": round(max(rss, default=0) / 1024, 1),
-               "python_read_cpu_s": round(sum(i.cpu_ms for i in infos) / 1000, 2),
-               "python_write_cpu_s": round(sum(r["cpu_ms"] for r in tasks) / 1000, 2)}
+               "python_read_cpu_s": round(read_cpu, 2),
+               "python_cpu_s": round(sum(r["cpu_ms"] for r in tasks) / 1000 + (read_cpu if mode == "shuffle" else 0), 2)}
     if stats is not None:
         stats.update(figures)
     log.info("spark build: %s, %d files in %.2fs", figures, summary.files, summary.wall_s)
     return manifest, summary
+
+
+# When the tasks that own strays (entries outside their task's bytes) hold more than this share of the
+# log, the shuffle plan builds it: rereading them would cost more than routing every entry once.
+MAX_RERUN_SHARE = 0.5
+
+
+def _run_direct(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging: Staging,
+                config: BuildConfig, wanted: int | None, segments, figures: dict):
+    """The direct plan: one task per few windows reads their bytes and writes their files (no shuffle).
+
+    Returns ``(rows, resolved, tasks)`` like :func:`_run`, or None when the direct plan cannot give the
+    in-process bytes and the shuffle plan must run: a remote CommitLog (probing needs random access), a
+    read whose stops drop entries a task already wrote (a corrupt record, data after a blank), splits
+    that disagree on record starts, PHYSICALOFFSET fields that are not their records' offsets, or more
+    strays than :data:`rocketidx.direct.MAX_STRAYS` in a task, or tasks owning strays that hold more than
+    :data:`MAX_RERUN_SHARE` of the bytes. Otherwise strays are rerouted by rerunning only the tasks that
+    own their windows, with the stray records as extra pieces.
+    """
+    from rocketidx.direct import strays_of
+    from rocketidx.timeplan import group_ranges, plan_windows, rerun_tasks, task_count
+    if not segments or any(is_uri(s.path) for s in segments):
+        return None
+    t0 = time.monotonic()
+    ranges = plan_windows(segments, opts, config.window_ms)
+    if not ranges:
+        return None
+    tasks = group_ranges(segments, ranges, task_count(ranges, opts.split_bytes, wanted,
+                                                      spark.sparkContext.defaultParallelism))
+    figures.update(ranges=len(ranges), tasks=len(tasks), plan_s=round(time.monotonic() - t0, 3), strays=0,
+                   rerun_tasks=0)
+    log.info("direct plan: %d windows' ranges -> %d tasks in %.3fs", len(ranges), len(tasks), figures["plan_s"])
+    params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms, 0)
+    rows = _direct_job(spark, tasks, opts, params, "direct")
+    infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
+    resolved = resolve_stops(infos)
+    read_entries = sum(i.entries for i in infos)
+    if resolved.chain_breaks or resolved.phy_mismatch or read_entries != resolved.entries:
+        log.info("direct plan gives way to the shuffle plan: %s", "splits disagree on record starts"
+                 if resolved.chain_breaks else "PHYSICALOFFSET mismatch" if resolved.phy_mismatch else
+                 "reading stops before the end of what the tasks wrote")
+        output.remove(f"{staging.path}/{TASKS_DIR}")
+        return None
+    positions, windows, count, complete = strays_of(rows)
+    if count:
+        again = rerun_tasks(tasks, positions, windows, segments)
+        share = sum(t.bytes for t in again) / max(1, sum(t.bytes for t in tasks))
+        if not complete or share > MAX_RERUN_SHARE:
+            log.info("direct plan gives way to the shuffle plan: %d entries out of time order, in tasks holding "
+                     "%.0f%% of the log", count, 100 * share)
+            output.remove(f"{staging.path}/{TASKS_DIR}")
+            return None
+        figures.update(strays=count, rerun_tasks=len(again))
+        log.info("%d entries out of time order: rerunning %d of %d tasks with them", count, len(again), len(tasks))
+        redone = {r["task"] for r in rows if r["kind"] == "task"} & {t.index for t in again}
+        stale = {r["task_dir"] for r in rows if r["kind"] == "task" and r["task"] in redone}
+        rows = [r for r in rows if r.get("task_dir") not in stale or r["kind"] == "task"]
+        rows += _direct_job(spark, again, opts, params, "direct, strays", report_ranges=False)
+    return rows, resolved, len(infos)
+
+
+def _direct_job(spark, tasks, opts: SourceOptions, params: WriterParams, what: str, **kw) -> list[dict]:
+    sc = spark.sparkContext
+    sc.setJobDescription(f"rocketidx build ({what}): {len(tasks)} tasks -> {params.staging}")
+    try:
+        return sc.parallelize(tasks, len(tasks)).mapPartitions(partial(_direct_partition, opts=opts, params=params,
+                                                                         **kw)).collect()
+    finally:
+        sc.setJobDescription(None)
+
+
+def _direct_partition(tasks, opts: SourceOptions, params: WriterParams, report_ranges: bool = True):
+    from pyspark import TaskContext
+
+    from rocketidx.direct import run_task
+    from rocketidx.spark.tasks import task_setup
+    task_setup()
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx else 0
+    attempt = ctx.taskAttemptId() if ctx else 0
+    for task in tasks:
+        task_dir = f"{TASKS_DIR}/d{task.index:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
+        yield from run_task(task, opts, params, task_dir, partition, report_ranges=report_ranges)
 
 
 def _run(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging: Staging, config: BuildConfig,

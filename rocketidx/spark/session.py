@@ -77,11 +77,13 @@ def launched_by_spark_submit() -> bool:
 
 
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, *, app_name: str = "rocketidx",
-                log_level: str = "WARN"):
+                log_level: str = "WARN", sources: bool = True):
     """The active session, else a new one (``local[*]`` unless ``master`` or spark-submit says otherwise).
 
     ``conf`` only applies to a session created here (a running one keeps its settings; the
-    runtime SQL settings among them are set on it).
+    runtime SQL settings among them are set on it). ``sources``: register the ``rocketmq-commitlog``
+    source now; registering starts Spark SQL (about 2 s the first time), which the direct build never
+    needs, so it registers only when it falls back to the shuffle plan.
     """
     from pyspark.sql import SparkSession
 
@@ -113,12 +115,13 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
             if k.startswith("spark.sql.") and spark.conf.isModifiable(k):
                 spark.conf.set(k, v)
     spark.sparkContext.setLogLevel(log_level)
-    register(spark)
+    if sources:
+        register(spark)
     return spark
 
 
 @contextmanager
-def spark_session(settings: SparkSettings | None = None, spark=None) -> Iterator:
+def spark_session(settings: SparkSettings | None = None, spark=None, *, sources: bool = True) -> Iterator:
     """A session for one command: ``spark`` if given, else the active one (a notebook's, a test's), else a
     new one from ``settings``. Only a session made here is stopped on the way out, so a command run inside
     a notebook leaves its session alone, and a spark-submit job stops its own before exiting (a cluster
@@ -126,13 +129,13 @@ def spark_session(settings: SparkSettings | None = None, spark=None) -> Iterator
     from pyspark.sql import SparkSession
     settings = settings or SparkSettings()
     if spark is None and SparkSession.getActiveSession() is None:
-        spark = get_session(settings.master, settings.conf)
+        spark = get_session(settings.master, settings.conf, sources=sources)
         try:
             yield spark
         finally:
             spark.stop()
         return
-    yield spark if spark is not None else get_session(settings.master, settings.conf)
+    yield spark if spark is not None else get_session(settings.master, settings.conf, sources=sources)
 
 
 def build_py_files(dest_dir: str | os.PathLike) -> Path:

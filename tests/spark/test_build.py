@@ -56,16 +56,21 @@ def _summary(s: dict) -> dict:
     return {k: v for k, v in s.items() if k != "wall_s"}
 
 
+@pytest.mark.parametrize("plan", ["direct", "shuffle"])
 @pytest.mark.parametrize("partitions", [1, 2, 7])
 @pytest.mark.parametrize("commitlog, config, split", CASES)
 def test_same_bytes_and_manifest_as_the_in_process_build(spark, core_builds, tmp_path, commitlog, config, split,
-                                                         partitions):
+                                                         partitions, plan):
     core_out, core_summary = core_builds(commitlog, config)
     out = tmp_path / "out"
     stats: dict = {}
     _, summary = build_index_spark(commitlog, out, config, spark=spark, split_bytes=split,
-                                   shuffle_partitions=partitions, stats=stats)
-    assert stats["splits"] > len(list(commitlog.iterdir())), "every segment was split"
+                                   shuffle_partitions=partitions, stats=stats, shuffle=plan == "shuffle")
+    assert stats["mode"] == plan
+    if plan == "shuffle":
+        assert stats["splits"] > len(list(commitlog.iterdir())), "every segment was split"
+    else:
+        assert stats["partitions"] == min(partitions, stats["ranges"]), "one task per share of the windows"
     assert same_build(core_out, out) == []
     assert _summary(summary.as_dict()) == _summary(core_summary)
 
@@ -135,3 +140,22 @@ def test_time_and_offset_filters_index_exactly_the_messages_in_range(spark, tmp_
                                    if e["phy_offset"] >= lo and t_lo <= e["store_timestamp_ms"] < t_hi)
     assert summary.messages == sum(1 for r in table.to_pylist() if r["phy_offset"] >= lo
                                    and t_lo <= r["store_timestamp_ms"] < t_hi)
+
+
+@pytest.mark.parametrize("steps, back_ms, plan", [(2, 70 * 60_000, "direct"), (40, 3 * 3_600_000, "shuffle")])
+def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, steps, back_ms, plan):
+    """A few steps back: the direct plan reroutes the strays; many: it gives way to the shuffle plan.
+    150 items per file, so windows roll over into several files."""
+    from rocketidx.generate import GenConfig, generate_store
+    store = tmp_path / "store"
+    generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,
+                                    clock_steps=steps, clock_back_ms=back_ms, seed=5))
+    config = BuildConfig(hash_slot_num=31, index_num=150, window_ms=3_600_000, timezone="UTC")
+    _, core_summary = build_index(store, tmp_path / "core", config)
+    stats: dict = {}
+    _, summary = build_index_spark(store, tmp_path / "out", config, spark=spark, shuffle_partitions=7, stats=stats)
+    assert stats["mode"] == plan
+    if plan == "direct":
+        assert stats["strays"] > 0 and stats["rerun_tasks"] > 0
+    assert same_build(tmp_path / "core", tmp_path / "out") == []
+    assert _summary(summary.as_dict()) == _summary(core_summary.as_dict())
