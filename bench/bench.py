@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     # The other benchmarks, each in its own process; --no-spark keeps to the core (and the core backfill).
     later = [["bench_backfill.py"] + (["--no-spark"] if a.no_spark else [])]
     if not a.no_spark:
-        later += [["bench_spark.py"], ["bench_stats.py"]]
+        later += [["bench_engine.py"], ["bench_stats.py"]]
     for script, *args in later:
         subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], check=False)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 
@@ -100,8 +101,8 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
     d.add_argument("--messages", type=count_arg("--messages"), default=300_000)
-    d.add_argument("--master", default="local[*]", help="Spark master for the build (default local[*])")
-    d.add_argument("--in-process", action="store_true", help="build with the core alone, no Spark")
+    d.add_argument("--master", default="local[*]", help="Spark master for the comparison run (default local[*])")
+    d.add_argument("--in-process", action="store_true", help="build in process only, skip the Spark comparison")
 
     add_backfill_arguments(sub.add_parser(
         "backfill", help="rebuild the index range a crashed broker lost, into its stopped store"))
@@ -113,11 +114,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--index-num", type=count_arg("--index-num"), default=None)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
-    v.add_argument("--spark", action="store_true",
-                   help="check on Spark (stores larger than one machine reads quickly); default: in this process")
-    v.add_argument("--master", default=None, help="with --spark: Spark master (default local[*])")
-    v.add_argument("--spark-conf", default=None, help="with --spark: Spark settings (default conf/spark.json)")
-    v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="with --spark: CommitLog bytes per task")
+    v.add_argument("--in-process", action="store_true", help="check in this process, no Spark")
+    v.add_argument("--spark", action="store_true", help="check on Spark (default master local[*])")
+    v.add_argument("--master", default=None, help="check on Spark with this master")
+    v.add_argument("--spark-conf", default=None, help="Spark settings and break-even (default conf/spark.json)")
+    v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")
 
     from rocketidx import stats_cli
     stats_cli.add_parser(sub)
@@ -163,43 +164,80 @@ def _spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> 
 
 def run_build(a: argparse.Namespace) -> int:
     """``rocketidx build`` and ``jobs/nightly_rebuild.py``: the flags :func:`add_build_arguments` made ->
-    the build (on Spark, or in process with ``--in-process``) -> the summary on stdout."""
+    the engine (:func:`rocketidx.engine.choose_engine`) -> the build -> the summary on stdout."""
     from rocketidx.config import load_config
+    from rocketidx.engine import choose_engine, data_bytes
+    from rocketidx.paths import is_uri
+    from rocketidx.segments import list_segments
     in_process = getattr(a, "in_process", False)
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
                       timezone=a.timezone, check_crc=False if a.no_crc else None)
-    if in_process and _spark_flag_misused(a, "build", "the Spark build (drop --in-process)", (
-            "master", "spark_conf", "split_bytes", "partitions", "from_offset", "to_offset", "from_time", "to_time")):
+    if in_process and _spark_flag_misused(a, "build", "Spark (drop --in-process)",
+                                          ("spark_conf", "split_bytes", "partitions")):
         return 2
-    if in_process:
-        from rocketidx.build import build_index
-        manifest, summary = build_index(a.commitlog, a.out, cfg)
-        spark_stats = None
+    settings = _spark_settings(a)
+    segments = list_segments(a.commitlog, from_offset=a.from_offset, to_offset=a.to_offset)
+    filtered = any(v is not None for v in (a.from_offset, a.to_offset, a.from_time, a.to_time))
+    spark_only = ("the output is a URI, which the in-process build does not write" if is_uri(a.out) else
+                  "a range of a remote CommitLog is read on Spark" if filtered and is_uri(a.commitlog) else None)
+    engine = choose_engine(data_bytes(segments, a.from_offset, a.to_offset), in_process=in_process,
+                           master=a.master, break_even=settings.break_even, spark_only=spark_only)
+    t0 = time.monotonic()
+    spark_stats = None
+    if engine.spark:
+        summary, spark_stats = _build_on_spark(a, cfg, settings)
+    elif filtered:
+        from rocketidx.direct import build_index_range
+        _, summary = build_index_range(a.commitlog, a.out, cfg, from_offset=a.from_offset, to_offset=a.to_offset,
+                                       from_time_ms=a.from_time, to_time_ms=a.to_time)
     else:
-        summary, spark_stats = _build_on_spark(a, cfg)
+        from rocketidx.build import build_index
+        _, summary = build_index(a.commitlog, a.out, cfg, segments=segments)
+    wall = time.monotonic() - t0
     if a.json:
-        print(json.dumps(dict(summary.as_dict(), spark=spark_stats)))
+        print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
+                              spark=spark_stats)))
     else:
         print_summary(summary)
+        print(f"engine: {engine.name} ({engine.reason})")
         if spark_stats:
-            print(f"spark: {spark_stats.get('splits')} splits, {spark_stats.get('partitions')} writer partitions, "
-                  f"peak Python worker RSS {spark_stats.get('peak_worker_rss_mb', 0):.0f} MB")
+            print_spark_figures(spark_stats, wall)
     return 0
 
 
-def _build_on_spark(a, cfg):
+def _spark_settings(a):
     from rocketidx.config import project_conf
+    from rocketidx.spark.session import load_spark_settings
+    return load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=getattr(a, "split_bytes", None),
+                               shuffle_partitions=getattr(a, "partitions", None), master=getattr(a, "master", None))
+
+
+def _build_on_spark(a, cfg, settings):
     from rocketidx.spark.pipeline import build_index_spark
-    from rocketidx.spark.session import load_spark_settings, spark_session
-    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"),
-                                   split_bytes=a.split_bytes, shuffle_partitions=a.partitions, master=a.master)
+    from rocketidx.spark.session import spark_session
     stats: dict = {}
+    t0 = time.monotonic()
     with spark_session(settings, sources=False) as spark:
+        stats["session_s"] = round(time.monotonic() - t0, 3)
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
                                        from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
                                        to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
                                        stats=stats)
+        t_stop = time.monotonic()
+    stats["stop_s"] = round(time.monotonic() - t_stop, 3)
     return summary, stats
+
+
+def print_spark_figures(st: dict, wall: float) -> None:
+    """What Spark did and where the time went: session start, plan, tasks, commit, stop."""
+    plan = (f"{st.get('ranges')} window ranges -> {st.get('partitions')} tasks, no shuffle"
+            + (f", {st['strays']:,} entries out of time order rerun in {st['rerun_tasks']} tasks" if st.get("strays") else "")
+            if st.get("mode") == "direct" else f"{st.get('splits')} splits -> shuffle -> {st.get('partitions')} writers")
+    print(f"spark: {plan}; peak Python worker RSS {st.get('peak_worker_rss_mb', 0):.0f} MB")
+    parts = [("session start", st.get("session_s")), ("plan", st.get("plan_s")), ("job", st.get("job_s")),
+             ("commit", st.get("commit_s")), ("session stop", st.get("stop_s"))]
+    print("timeline: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts if v is not None) + f"; whole command {wall:.2f}s"
+          + f" (Python CPU in tasks {st.get('python_cpu_s', 0):.1f}s)")
 
 
 def print_summary(s) -> None:
@@ -315,16 +353,11 @@ def cmd_demo(a) -> int:
         generate_store(store, GenConfig(messages=a.messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
     out = root / "out"
     config = BuildConfig(timezone="UTC")
-    if a.in_process:
-        print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
-        manifest, summary = build_index(store, out, config)
-    else:
-        from rocketidx.spark.pipeline import build_index_spark
-        from rocketidx.spark.session import SparkSettings, spark_session
-        print(f"building the index of {store}/commitlog into {out} on local Spark ...", flush=True)
-        with spark_session(SparkSettings(master=a.master), sources=False) as spark:
-            manifest, summary = build_index_spark(store, out, config, spark=spark, split_bytes=32 * 1024**2)
+    print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
+    manifest, summary = build_index(store, out, config)
     print_summary(summary)
+    if not a.in_process:
+        _demo_on_spark(a, store, root / "out-spark", config, summary)
     print(f"files: {', '.join(f['name'] for f in manifest['files'])}")
     first, _ = read_segment(list_segments(store)[0], end=4096)
     files = open_index(out)
@@ -337,6 +370,38 @@ def cmd_demo(a) -> int:
     return 0
 
 
+def _demo_on_spark(a, store, out, config, core) -> None:
+    """The same build on Spark, with what Spark costs (session start, a first job) and what it buys (the
+    read and write spread over the cores), so the demo shows where each engine belongs."""
+    import filecmp
+
+    from rocketidx.engine import human_bytes
+    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.session import spark_session
+    settings = _spark_settings(argparse.Namespace(spark_conf=None, master=a.master))
+    print(f"the same build on Spark ({a.master}) into {out} ...", flush=True)
+    t0 = time.monotonic()
+    stats: dict = {}
+    with spark_session(settings, sources=False) as spark:
+        session_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        _, summary = build_index_spark(store, out, config, spark=spark, stats=stats)
+        first = time.monotonic() - t1
+        t2 = time.monotonic()
+        build_index_spark(store, out, config, spark=spark)
+        again = time.monotonic() - t2
+    same = all(filecmp.cmp(os.path.join(out, "index", n), os.path.join(store.parent, "out", "index", n), shallow=False)
+               for n in os.listdir(os.path.join(out, "index")))
+    mb = core.bytes_read / 1e6
+    print(f"  in process:  {core.wall_s:.2f}s ({mb / core.wall_s:.0f} MB/s)")
+    print(f"  on Spark:    session start {session_s:.1f}s, first build {first:.2f}s ({mb / first:.0f} MB/s), "
+          f"a second build in the same session {again:.2f}s ({mb / again:.0f} MB/s); "
+          f"{stats.get('partitions')} tasks, no shuffle; files {'identical' if same else 'DIFFER'}")
+    print(f"  Spark's fixed cost (a JVM, Python workers) pays off from about {human_bytes(settings.break_even)} of "
+          "CommitLog on this kind of machine (engine_break_even in conf/spark.json); below that `rocketidx build` "
+          "picks the in-process engine by itself, and a cluster (spark-submit) always runs on Spark.")
+
+
 def cmd_verify(a) -> int:
     from rocketidx.verify import VerifyReport, open_for_verify, verify_index
     pre = VerifyReport()
@@ -345,9 +410,15 @@ def cmd_verify(a) -> int:
     window_ids = manifest.window_ids if manifest else None
     if pre.counts:  # files that could not be opened are left out of the rest
         window_ids = None
-    if not a.spark and _spark_flag_misused(a, "verify", "--spark", ("master", "spark_conf", "split_bytes")):
+    if a.in_process and (a.spark or _spark_flag_misused(a, "verify", "Spark (drop --in-process)",
+                                                         ("master", "spark_conf", "split_bytes"))):
+        if a.spark:
+            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
         return 2
-    if a.spark:
+    engine = _verify_engine(a, files)
+    if not a.json:
+        print(f"engine: {engine.name} ({engine.reason})")
+    if engine.spark:
         report = _verify_on_spark(a, files, windows, window_ids)
     else:
         report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc)
@@ -358,6 +429,17 @@ def cmd_verify(a) -> int:
     else:
         print_verify(report)
     return 0 if report.clean else 1
+
+
+def _verify_engine(a, files):
+    from rocketidx.engine import choose_engine, data_bytes
+    from rocketidx.segments import list_segments
+    import os
+    work = sum(min(os.stat(f.path).st_blocks * 512, os.stat(f.path).st_size) for f in files)
+    if a.commitlog:
+        work += data_bytes(list_segments(a.commitlog))
+    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=_spark_settings(a).break_even,
+                         spark_only="--spark" if a.spark else None)
 
 
 def _verify_on_spark(a, files, windows, window_ids):
@@ -387,28 +469,59 @@ def print_verify(r) -> None:
         print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
 
 
+class _EngineBuilder:
+    """The backfill's builder: when the range to rebuild is known, :func:`rocketidx.engine.choose_engine`
+    picks the in-process build or the Spark one (a session is started only then)."""
+
+    def __init__(self, a, settings):
+        self.a, self.settings = a, settings
+        self.engine = None
+        self.spark = None
+
+    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
+        from rocketidx.build import build_index
+        from rocketidx.engine import choose_engine, data_bytes
+        from rocketidx.segments import list_segments
+        segments = list_segments(commitlog, from_offset=start_offset)
+        self.engine = choose_engine(data_bytes(segments, start_offset), in_process=getattr(self.a, "in_process", False),
+                                    master=self.a.master, break_even=self.settings.break_even)
+        if not self.engine.spark:
+            return build_index(commitlog, out, config, segments=segments, start_offset=start_offset,
+                               skip_entries=skip_entries, name_after=name_after)
+        from rocketidx.spark.backfill import SparkBuilder
+        self.spark = SparkBuilder(self.settings)
+        return self.spark(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
+                          name_after=name_after)
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.close()
+
+
 def run_backfill_command(a: argparse.Namespace) -> int:
     """``rocketidx backfill`` and ``jobs/backfill.py``: the flags :func:`add_backfill_arguments` made -> the
-    backfill (rebuild on Spark, or in process with ``--in-process``) -> the plan and result on stdout."""
+    backfill (the rebuild on the engine :func:`rocketidx.engine.choose_engine` picks for its range) -> the
+    plan and result on stdout."""
     from rocketidx.backfill import run_backfill
     in_process = getattr(a, "in_process", False)
     log = (lambda *_: None) if a.json else print
     args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
                 dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
-    spark_stats = None
-    if in_process and _spark_flag_misused(a, "backfill", "the Spark rebuild (drop --in-process)",
+    if in_process and _spark_flag_misused(a, "backfill", "Spark (drop --in-process)",
                                           ("master", "spark_conf", "split_bytes", "partitions")):
         return 2
-    if in_process:
-        r = run_backfill(a.store, **args)
-    else:
-        from rocketidx.spark.backfill import run_backfill_spark
-        r, spark_stats = run_backfill_spark(a.store, spark_conf=a.spark_conf, master=a.master,
-                                            split_bytes=a.split_bytes, partitions=a.partitions, **args)
+    builder = _EngineBuilder(a, _spark_settings(a))
+    try:
+        r = run_backfill(a.store, builder=builder, **args)
+    finally:
+        builder.close()
+    engine = builder.engine.as_dict() if builder.engine else None
     if a.json:
         print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
                           "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
-                          "spark": spark_stats or None}))
+                          "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}))
+    elif engine:
+        print(f"engine: {engine['name']} ({engine['reason']})")
     return 0
 
 

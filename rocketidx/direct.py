@@ -1,4 +1,4 @@
-"""One task of a direct build: read a few windows' bytes, write those windows' IndexFiles, no shuffle.
+"""The direct build: tasks that each read a few windows' bytes and write those windows' IndexFiles.
 
 In: a :class:`rocketidx.timeplan.DirectTask` (the windows it owns, the pieces of the log it reads, and
 in a second pass single stray records of its windows found elsewhere), the read's
@@ -8,6 +8,11 @@ IndexFile, one ``window`` row per window, one ``range`` row per piece (its :clas
 the driver resolves into the broker's stops), one ``strays`` row (positions and windows of entries
 whose window another task owns) and a last ``task`` row (CPU time, peak RSS).
 
+The driver side (:func:`run_direct`) plans the tasks (:mod:`rocketidx.timeplan`), runs them through a
+``run_job`` callable (Spark's, or :func:`local_job` in this process), resolves the stops, reruns the
+tasks that own strays, and :func:`finish_build` validates the rows and commits. The Spark build and the
+in-process build's offset and time filters both go this way.
+
 Stays true: entries reach the core :class:`rocketidx.build.WindowSet` in CommitLog order, so an owned
 window's files are byte-identical to the in-process build's once no entry of it lies outside the
 task's pieces (the driver reruns a task with its strays as ``extra`` pieces otherwise); memory is the
@@ -15,17 +20,40 @@ WindowSet's few slot tables plus one batch, however large a window is. Nothing h
 """
 from __future__ import annotations
 
+import logging
+import os
 import resource
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.build import WindowSet
+from rocketidx.build import BuildSummary, WindowSet, manifest_header
 from rocketidx.config import BuildConfig
-from rocketidx.output import TaskFiles
-from rocketidx.splits import SplitSpec, read_split
-from rocketidx.timeplan import DirectTask
+from rocketidx.errors import ConfigError, RocketIdxError
+from rocketidx.indexfile import FileInfo, Header
+from rocketidx.paths import is_uri
+from rocketidx.segments import list_segments
+from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles
+from rocketidx.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, read_split, resolve_stops
+from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, task_count
 from rocketidx.windows import assign_windows
+
+log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class WriterParams:
+    """What every writer task needs; small and picklable."""
+
+    staging: str  # the version directory (local path, or URI): rocketidx.output.TaskFiles writes there
+    hash_slot_num: int
+    index_num: int
+    window_ms: int
+    num_ranges: int = 0  # shuffle plan: info rows each partition must see
+
 
 # A task that finds more stray entries than this reports only the count: the driver then falls back
 # to the shuffle build, which routes every entry (a log this far out of time order is not a clock step).
@@ -39,9 +67,10 @@ def _usage() -> tuple[int, int]:
 
 def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition: int, *,
              report_ranges: bool = True) -> list[dict]:
-    """Run one task; returns its manifest rows. ``params``: :class:`rocketidx.spark.writer.WriterParams`
-    (staging location, sizes, window length). ``report_ranges=False`` on a rerun (the first pass's
-    infos already count)."""
+    """Run one task; returns its manifest rows. ``params``: staging location, sizes, window length.
+    ``report_ranges=False`` on a rerun (the first pass's infos already count). A piece whose reading
+    ends for good (zero tail, invalid record) ends the task: nothing after it counts, as in the broker's
+    recovery (a later task cannot know; the driver checks that none wrote what the stops drop)."""
     cpu0, _ = _usage()
     dest = TaskFiles(params.staging, task_dir)
     config = BuildConfig(hash_slot_num=params.hash_slot_num, index_num=params.index_num,
@@ -79,6 +108,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
                 windows.add(w, phy, kh, ts)
             if counts and report_ranges:
                 infos.append(info)
+            if counts and info.stop_kind in FINAL_STOPS:
+                break
         files = windows.close()
         dest.publish([f.name for f in files])
     except BaseException:
@@ -108,6 +139,19 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
     return rows
 
 
+def local_job(spec: SplitSpec, params: WriterParams) -> Callable[..., list[dict]]:
+    """A ``run_job`` for :func:`run_direct` that runs the tasks one after another in this process."""
+    def run(tasks: list[DirectTask], what: str, report_ranges: bool = True) -> list[dict]:
+        return [row for t in tasks for row in run_task(t, spec, params, task_dir_name(t, "local"), 0,
+                                                       report_ranges=report_ranges)]
+    return run
+
+
+def task_dir_name(task: DirectTask, attempt) -> str:
+    """Unique per attempt, so a retried or speculative attempt never touches another's files."""
+    return f"{TASKS_DIR}/d{task.index:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
+
+
 def strays_of(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, int, bool]:
     """(positions, windows, count, complete) of the stray entries the tasks reported: record positions
     unique per window, the number of entries, and False when a task found too many to send."""
@@ -119,3 +163,207 @@ def strays_of(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, int, bool]:
     win = np.concatenate([np.frombuffer(r["windows"], np.int64) for r in got])
     pairs = np.unique(np.stack([win, pos], axis=1), axis=0) if len(pos) else np.zeros((0, 2), np.int64)
     return pairs[:, 1], pairs[:, 0], count, len(pos) == count
+
+
+# --- the driver ---------------------------------------------------------------------------------------
+
+# When the tasks that own strays (entries outside their task's bytes) hold more than this share of the
+# log, the direct plan gives way: rereading them would cost more than routing every entry once.
+MAX_RERUN_SHARE = 0.5
+
+
+def plan_tasks(segments, spec: SplitSpec, window_ms: int, wanted: int | None, cores: int,
+               figures: dict) -> list[DirectTask]:
+    """The direct plan's tasks (none when no record starts in the read); fills ``figures``."""
+    t0 = time.monotonic()
+    ranges = plan_windows(segments, spec, window_ms)
+    tasks = group_ranges(segments, ranges, task_count(ranges, spec.split_bytes, wanted, cores)) if ranges else []
+    figures.update(ranges=len(ranges), tasks=len(tasks), plan_s=round(time.monotonic() - t0, 3), strays=0,
+                   rerun_tasks=0)
+    log.info("direct plan: %d windows' ranges -> %d tasks in %.3fs", len(ranges), len(tasks), figures["plan_s"])
+    return tasks
+
+
+def run_direct(tasks: list[DirectTask], segments, run_job: Callable[..., list[dict]], figures: dict, *,
+               strict: bool = True) -> tuple[list[dict], ResolvedStops, int] | None:
+    """Run the tasks (``run_job(tasks, what, report_ranges=...)`` -> rows) and check what they wrote.
+
+    Returns ``(rows, resolved, pieces)``, or None when the direct plan cannot give the in-process bytes
+    (the caller removes ``_tasks`` and builds another way): a read whose stops drop entries a later task
+    already wrote, splits that disagree on record starts, PHYSICALOFFSET fields that are not their
+    records' offsets (``strict``: the shuffle plan orders by them), more strays than
+    :data:`MAX_STRAYS` in a task, or tasks owning strays that hold more than :data:`MAX_RERUN_SHARE` of
+    the bytes. Fewer strays are rerouted by rerunning only the tasks that own their windows, with the
+    stray records as extra pieces.
+    """
+    rows = run_job(tasks, "direct")
+    infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
+    resolved = resolve_stops(infos)
+    if resolved.chain_breaks or (strict and resolved.phy_mismatch) or \
+            sum(i.entries for i in infos) != resolved.entries:
+        log.info("the direct plan gives way: %s", "splits disagree on record starts" if resolved.chain_breaks
+                 else "PHYSICALOFFSET mismatch" if resolved.phy_mismatch
+                 else "reading stops before the end of what the tasks wrote")
+        return None
+    positions, windows, count, complete = strays_of(rows)
+    if count:
+        again = rerun_tasks(tasks, positions, windows, segments)
+        share = sum(t.bytes for t in again) / max(1, sum(t.bytes for t in tasks))
+        if not complete or share > MAX_RERUN_SHARE:
+            log.info("the direct plan gives way: %d entries out of time order, in tasks holding %.0f%% of the "
+                     "log", count, 100 * share)
+            return None
+        figures.update(strays=count, rerun_tasks=len(again))
+        log.info("%d entries out of time order: rerunning %d of %d tasks with them", count, len(again), len(tasks))
+        redone = {t.index for t in again}
+        stale = {r["task_dir"] for r in rows if r["kind"] == "task" and r["task"] in redone}
+        rows = [r for r in rows if r.get("task_dir") not in stale or r["kind"] == "task"]
+        rows += run_job(again, "direct, strays", report_ranges=False)
+    return rows, resolved, len(infos)
+
+
+def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
+    """Check the writers' manifest rows before anything is committed. Returns (files, windows, skipped).
+
+    Each window was written by exactly one task, its files are numbered 0..k-1, every file but the
+    last of a window is full, a rolled file was seeded from its predecessor's end, and the entries
+    written add up to the entries read minus the ``buildIndex`` below-end skips.
+    """
+    window_rows = [r for r in rows if r["kind"] == "window"]
+    by_window: dict[int, dict] = {}
+    for r in window_rows:
+        if r["window_id"] in by_window:
+            raise RocketIdxError(f"window {r['window_id']} was written by two tasks "
+                                 f"({by_window[r['window_id']]['task_dir']}, {r['task_dir']})")
+        by_window[r["window_id"]] = r
+    files_by_window: dict[int, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "file":
+            files_by_window.setdefault(r["window_id"], []).append(r)
+    files: list[FileInfo] = []
+    written = 0
+    for wid in sorted(set(files_by_window) | set(by_window)):
+        wrow = by_window.get(wid)
+        frows = sorted(files_by_window.get(wid, []), key=lambda r: r["seq"])
+        if wrow is None or not frows:
+            raise RocketIdxError(f"window {wid}: files and window summary do not match")
+        if [r["seq"] for r in frows] != list(range(len(frows))) or {r["task_dir"] for r in frows} != {wrow["task_dir"]}:
+            raise RocketIdxError(f"window {wid}: files {[r['name'] for r in frows]} are not one task's 0..k-1")
+        prev = None
+        for r in frows:
+            header = Header(r["begin_timestamp"], r["end_timestamp"], r["begin_phy_offset"], r["end_phy_offset"],
+                            r["hash_slot_count"], r["index_count"])
+            seed = (0, 0) if prev is None else (prev.end_phy_offset, prev.end_timestamp)
+            if (r["created_with_end_phy_offset"], r["created_with_end_timestamp"]) != seed:
+                raise RocketIdxError(f"window {wid} file {r['seq']}: not seeded from its predecessor's end")
+            if prev is not None and prev.index_count != config.index_num:
+                raise RocketIdxError(f"window {wid} file {r['seq'] - 1}: rolled over before it was full")
+            if r["entries"] != header.index_count - 1 or r["entries"] <= 0:
+                raise RocketIdxError(f"window {wid} file {r['seq']}: entries do not match its header")
+            files.append(FileInfo(r["name"], wid, r["window_start_ms"], r["seq"], header,
+                                  r["created_with_end_phy_offset"], r["created_with_end_timestamp"]))
+            prev = header
+        if sum(r["entries"] for r in frows) != wrow["entries"]:
+            raise RocketIdxError(f"window {wid}: files hold {sum(r['entries'] for r in frows)} entries, "
+                                 f"the writer put {wrow['entries']}")
+        written += wrow["entries"]
+    skipped = sum(r["skipped_below_end"] for r in window_rows)
+    if written + skipped != resolved.entries:
+        raise RocketIdxError(f"entries read ({resolved.entries}) != written ({written}) + skipped below "
+                             f"endPhyOffset ({skipped}): the writers lost or duplicated entries")
+    return files, len(by_window), skipped
+
+
+
+def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], files) -> dict[str, str]:
+    """Where each validated file is (staged name -> path in its task directory), after checking it is there
+    with the size its writer reported. The commit moves each once, straight to its final name (a move on
+    an object store copies the whole file); files of failed or speculative attempts that lost stay in
+    ``_tasks``, which the commit removes."""
+    task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
+    sources = {}
+    for f in files:
+        task_dir, size = task_of[(f.window_id, f.seq)]
+        src = f"{staging.path}/{task_dir}/{f.name}"
+        found = output.file_size(src)
+        if found is None:
+            raise FileNotFoundError(f"staged index file missing: {staging.where(task_dir, f.name)}")
+        if found != size:
+            raise RocketIdxError(f"{staging.where(task_dir, f.name)}: {found} bytes, expected {size}")
+        sources[f.name] = src
+    return sources
+
+
+def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], resolved: ResolvedStops,
+                 config: BuildConfig, segments, summary: BuildSummary, *, filters: dict, name_after: str | None,
+                 t0: float) -> dict:
+    """Validate the task rows, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
+
+    ``filters``: the read's offset and time bounds (recorded in the manifest when any is set, so an
+    unfiltered build's manifest equals the in-process one).
+    """
+    if resolved.stop and resolved.stop["kind"] == "corrupt":
+        log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
+                    resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
+                    resolved.stop["reason"])
+    files, windows, skipped = validate(rows, resolved, config)
+    sources = locate_files(output, staging, rows, files)
+    summary.bytes_read = resolved.bytes_read
+    summary.messages = resolved.messages
+    summary.messages_indexed = resolved.indexed
+    summary.rollback_skipped = resolved.rollback
+    summary.below_end_phy_offset_skipped = skipped
+    summary.entries = resolved.entries - skipped
+    summary.windows = windows
+    summary.files = len(files)
+    summary.stop = resolved.stop
+    summary.stops = list(resolved.stops)
+    summary.wall_s = round(time.monotonic() - t0, 3)
+    manifest = manifest_header(config, segments, summary)
+    kept = {k: v for k, v in filters.items() if v is not None}
+    if kept:
+        manifest["filters"] = kept
+    return output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
+
+
+def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
+                      from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
+                      to_time_ms: int | None = None) -> tuple[dict, BuildSummary]:
+    """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
+
+    Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
+    bounds; :func:`rocketidx.build.build_index` is the unfiltered reference, this is its filtered twin.
+    """
+    t0 = time.monotonic()
+    if is_uri(out):
+        raise ConfigError("out", str(out), "the in-process build writes a local or mounted path; build to a URI "
+                                           "on Spark (--master M)")
+    commitlog = str(commitlog)
+    segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
+    if any(is_uri(s.path) for s in segments):
+        raise ConfigError("commitlog", commitlog, "an offset or time range of a remote CommitLog is read on Spark")
+    end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
+    spec = SplitSpec(from_offset=from_offset, to_offset=end, from_time_ms=from_time_ms, to_time_ms=to_time_ms,
+                     check_crc=config.check_crc, batch_records=config.batch_records)
+    filters = {"from_offset": from_offset, "to_offset": to_offset, "from_time_ms": from_time_ms,
+               "to_time_ms": to_time_ms}
+    summary = BuildSummary(segments=len(segments))
+    output = LocalOutput(str(out))
+    with output.lock():
+        staging = output.new_staging()
+        try:
+            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
+            figures: dict = {}
+            # One task owns every window and reads each segment as one piece: no strays, no resync.
+            tasks = plan_tasks(segments, spec, config.window_ms, 1, 1, figures)
+            ran = run_direct(tasks, segments, local_job(spec, params), figures, strict=False) if tasks else \
+                ([], resolve_stops([]), 0)
+            if ran is None:
+                raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
+            rows, resolved, _ = ran
+            manifest = finish_build(output, staging, rows, resolved, config, segments, summary, filters=filters,
+                                    name_after=None, t0=t0)
+        except BaseException:
+            output.discard(staging)
+            raise
+    return manifest, summary

@@ -58,6 +58,7 @@ MOVE_THREADS = 8  # concurrent moves at a remote commit
 CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
 
 log = logging.getLogger(__name__)
+TASKS_DIR = "_tasks"  # task attempts' scratch directories under a staging version directory
 
 
 @contextmanager

@@ -300,7 +300,7 @@ class ResolvedStops:
         return tuple(sorted(set(already) | {b.base_offset for b in self.chain_breaks}))
 
 
-_FINAL = (STOP_END_OF_DATA, STOP_CORRUPT)
+FINAL_STOPS = (STOP_END_OF_DATA, STOP_CORRUPT)  # reading ends for good
 
 
 def resolve_stops(infos: Iterable[RangeInfo]) -> ResolvedStops:
@@ -359,7 +359,7 @@ def resolve_stops(infos: Iterable[RangeInfo]) -> ResolvedStops:
         bytes_read += end.stop_offset
         if end.stop_kind == "blank":
             blanks.append((base + end.stop_offset, base + end.size))
-        elif end.stop_kind in _FINAL:
+        elif end.stop_kind in FINAL_STOPS:
             cut = base + end.stop_offset
     return ResolvedStops(cut, tuple(blanks), frozenset(included), tuple(stops), stops[-1] if stops else None,
                          bytes_read, segments_read, messages, rollback, indexed, entries, tuple(breaks),
@@ -420,7 +420,7 @@ class SegmentView:
         tail or fail a CRC). A final stop is always rechecked against the whole segment."""
         if not self.partial:
             return True
-        if info.stop_kind in _FINAL:
+        if info.stop_kind in FINAL_STOPS:
             return False
         at = info.stop_offset
         if info.stop_kind != STOP_RANGE_END or info.first is None:

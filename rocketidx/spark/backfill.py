@@ -23,7 +23,7 @@ class SparkBuilder:
         from rocketidx.spark.pipeline import build_index_spark
         if self.spark is None:
             from rocketidx.spark.session import get_session
-            self.spark = get_session(self.settings.master, self.settings.conf)
+            self.spark = get_session(self.settings.master, self.settings.conf, sources=False)
         return build_index_spark(commitlog, out, config, spark=self.spark, split_bytes=self.settings.split_bytes,
                                  shuffle_partitions=self.settings.shuffle_partitions, stats=self.stats,
                                  start_offset=start_offset, skip_entries=skip_entries, name_after=name_after)

@@ -28,19 +28,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from dataclasses import replace
 from functools import partial
 
-from rocketidx.build import BuildSummary, manifest_header
+from rocketidx.build import BuildSummary
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
 from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
 from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
-from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, ResolvedStops, plan_splits, resolve_stops
-from rocketidx.spark.writer import TASKS_DIR, WRITER_ROWS, WriterParams, write_partition
+from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, plan_splits, resolve_stops
+from rocketidx.direct import WriterParams, finish_build, plan_tasks, run_direct
+from rocketidx.output import TASKS_DIR
+from rocketidx.spark.writer import WRITER_ROWS, write_partition
 
 log = logging.getLogger(__name__)
 
@@ -147,45 +148,32 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                          split_bytes=split_bytes, batch_records=config.batch_records,
                          window_ms=config.window_ms, stop_replicas=n, skip_entries=skip_entries)
     summary = BuildSummary(segments=len(segments))
+    filters = {"from_offset": from_offset, "to_offset": to_offset, "from_time_ms": from_time_ms,
+               "to_time_ms": to_time_ms, "skip_entries": skip_entries or None}
     with output.lock():
         staging = output.new_staging()
         try:
             t_job = time.monotonic()
             ran = None
             plan_figures: dict = {}
-            if not shuffle:
-                ran = _run_direct(spark, opts, output, staging, config, shuffle_partitions, segments, plan_figures)
+            if not shuffle and segments and not any(is_uri(s.path) for s in segments):
+                # Probing needs random access: a remote CommitLog goes by the shuffle plan.
+                params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
+                tasks = plan_tasks(segments, opts, config.window_ms, shuffle_partitions,
+                                   spark.sparkContext.defaultParallelism, plan_figures)
+                if tasks:
+                    ran = run_direct(tasks, segments, partial(_direct_job, spark, opts=opts, params=params),
+                                     plan_figures)
+                    if ran is None:
+                        output.remove(f"{staging.path}/{TASKS_DIR}")
             mode = "shuffle" if ran is None else "direct"
             if ran is None:
                 ran = _run(spark, opts, output, staging, config, n, segments)
             rows, resolved, splits = ran
             t_job = time.monotonic() - t_job
-            if resolved.stop and resolved.stop["kind"] == "corrupt":
-                log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
-                            resolved.stop["segment"], resolved.stop["segment_offset"],
-                            resolved.stop["phy_offset"], resolved.stop["reason"])
             t_commit = time.monotonic()
-            files, windows, skipped = validate(rows, resolved, config)
-            sources = locate_files(output, staging, rows, files)
-            summary.bytes_read = resolved.bytes_read
-            summary.messages = resolved.messages
-            summary.messages_indexed = resolved.indexed
-            summary.rollback_skipped = resolved.rollback
-            summary.below_end_phy_offset_skipped = skipped
-            summary.entries = resolved.entries - skipped
-            summary.windows = windows
-            summary.files = len(files)
-            summary.stop = resolved.stop
-            summary.stops = list(resolved.stops)
-            summary.wall_s = round(time.monotonic() - t0, 3)
-            manifest = manifest_header(config, segments, summary)
-            filters = {k: v for k, v in (("from_offset", from_offset), ("to_offset", to_offset),
-                                         ("from_time_ms", from_time_ms), ("to_time_ms", to_time_ms),
-                                         ("skip_entries", skip_entries or None))
-                       if v is not None}
-            if filters:  # only then: an unfiltered build's manifest equals the in-process one
-                manifest["filters"] = filters
-            manifest = output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
+            manifest = finish_build(output, staging, rows, resolved, config, segments, summary, filters=filters,
+                                    name_after=name_after, t0=t0)
             t_commit = time.monotonic() - t_commit
         except BaseException:
             output.discard(staging)
@@ -206,66 +194,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     return manifest, summary
 
 
-# When the tasks that own strays (entries outside their task's bytes) hold more than this share of the
-# log, the shuffle plan builds it: rereading them would cost more than routing every entry once.
-MAX_RERUN_SHARE = 0.5
-
-
-def _run_direct(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging: Staging,
-                config: BuildConfig, wanted: int | None, segments, figures: dict):
-    """The direct plan: one task per few windows reads their bytes and writes their files (no shuffle).
-
-    Returns ``(rows, resolved, tasks)`` like :func:`_run`, or None when the direct plan cannot give the
-    in-process bytes and the shuffle plan must run: a remote CommitLog (probing needs random access), a
-    read whose stops drop entries a task already wrote (a corrupt record, data after a blank), splits
-    that disagree on record starts, PHYSICALOFFSET fields that are not their records' offsets, or more
-    strays than :data:`rocketidx.direct.MAX_STRAYS` in a task, or tasks owning strays that hold more than
-    :data:`MAX_RERUN_SHARE` of the bytes. Otherwise strays are rerouted by rerunning only the tasks that
-    own their windows, with the stray records as extra pieces.
-    """
-    from rocketidx.direct import strays_of
-    from rocketidx.timeplan import group_ranges, plan_windows, rerun_tasks, task_count
-    if not segments or any(is_uri(s.path) for s in segments):
-        return None
-    t0 = time.monotonic()
-    ranges = plan_windows(segments, opts, config.window_ms)
-    if not ranges:
-        return None
-    tasks = group_ranges(segments, ranges, task_count(ranges, opts.split_bytes, wanted,
-                                                      spark.sparkContext.defaultParallelism))
-    figures.update(ranges=len(ranges), tasks=len(tasks), plan_s=round(time.monotonic() - t0, 3), strays=0,
-                   rerun_tasks=0)
-    log.info("direct plan: %d windows' ranges -> %d tasks in %.3fs", len(ranges), len(tasks), figures["plan_s"])
-    params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms, 0)
-    rows = _direct_job(spark, tasks, opts, params, "direct")
-    infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
-    resolved = resolve_stops(infos)
-    read_entries = sum(i.entries for i in infos)
-    if resolved.chain_breaks or resolved.phy_mismatch or read_entries != resolved.entries:
-        log.info("direct plan gives way to the shuffle plan: %s", "splits disagree on record starts"
-                 if resolved.chain_breaks else "PHYSICALOFFSET mismatch" if resolved.phy_mismatch else
-                 "reading stops before the end of what the tasks wrote")
-        output.remove(f"{staging.path}/{TASKS_DIR}")
-        return None
-    positions, windows, count, complete = strays_of(rows)
-    if count:
-        again = rerun_tasks(tasks, positions, windows, segments)
-        share = sum(t.bytes for t in again) / max(1, sum(t.bytes for t in tasks))
-        if not complete or share > MAX_RERUN_SHARE:
-            log.info("direct plan gives way to the shuffle plan: %d entries out of time order, in tasks holding "
-                     "%.0f%% of the log", count, 100 * share)
-            output.remove(f"{staging.path}/{TASKS_DIR}")
-            return None
-        figures.update(strays=count, rerun_tasks=len(again))
-        log.info("%d entries out of time order: rerunning %d of %d tasks with them", count, len(again), len(tasks))
-        redone = {r["task"] for r in rows if r["kind"] == "task"} & {t.index for t in again}
-        stale = {r["task_dir"] for r in rows if r["kind"] == "task" and r["task"] in redone}
-        rows = [r for r in rows if r.get("task_dir") not in stale or r["kind"] == "task"]
-        rows += _direct_job(spark, again, opts, params, "direct, strays", report_ranges=False)
-    return rows, resolved, len(infos)
-
-
-def _direct_job(spark, tasks, opts: SourceOptions, params: WriterParams, what: str, **kw) -> list[dict]:
+def _direct_job(spark, tasks, what: str, *, opts: SourceOptions, params: WriterParams, **kw) -> list[dict]:
+    """The direct plan's ``run_job`` on Spark: one partition per task, rows collected (small)."""
     sc = spark.sparkContext
     sc.setJobDescription(f"rocketidx build ({what}): {len(tasks)} tasks -> {params.staging}")
     try:
@@ -278,15 +208,14 @@ def _direct_job(spark, tasks, opts: SourceOptions, params: WriterParams, what: s
 def _direct_partition(tasks, opts: SourceOptions, params: WriterParams, report_ranges: bool = True):
     from pyspark import TaskContext
 
-    from rocketidx.direct import run_task
+    from rocketidx.direct import run_task, task_dir_name
     from rocketidx.spark.tasks import task_setup
     task_setup()
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
     attempt = ctx.taskAttemptId() if ctx else 0
     for task in tasks:
-        task_dir = f"{TASKS_DIR}/d{task.index:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
-        yield from run_task(task, opts, params, task_dir, partition, report_ranges=report_ranges)
+        yield from run_task(task, opts, params, task_dir_name(task, attempt), partition, report_ranges=report_ranges)
 
 
 def _run(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging: Staging, config: BuildConfig,
@@ -348,75 +277,3 @@ def _collect_bounded(spark, df):
 def _spark_schema(schema):
     from pyspark.sql.pandas.types import from_arrow_schema
     return from_arrow_schema(schema)
-
-
-def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
-    """Check the writers' manifest rows before anything is committed. Returns (files, windows, skipped).
-
-    Each window was written by exactly one task, its files are numbered 0..k-1, every file but the
-    last of a window is full, a rolled file was seeded from its predecessor's end, and the entries
-    written add up to the entries read minus the ``buildIndex`` below-end skips.
-    """
-    from rocketidx.indexfile import FileInfo, Header
-    window_rows = [r for r in rows if r["kind"] == "window"]
-    by_window: dict[int, dict] = {}
-    for r in window_rows:
-        if r["window_id"] in by_window:
-            raise RocketIdxError(f"window {r['window_id']} was written by two tasks "
-                                 f"({by_window[r['window_id']]['task_dir']}, {r['task_dir']})")
-        by_window[r["window_id"]] = r
-    files_by_window: dict[int, list[dict]] = {}
-    for r in rows:
-        if r["kind"] == "file":
-            files_by_window.setdefault(r["window_id"], []).append(r)
-    files: list[FileInfo] = []
-    written = 0
-    for wid in sorted(set(files_by_window) | set(by_window)):
-        wrow = by_window.get(wid)
-        frows = sorted(files_by_window.get(wid, []), key=lambda r: r["seq"])
-        if wrow is None or not frows:
-            raise RocketIdxError(f"window {wid}: files and window summary do not match")
-        if [r["seq"] for r in frows] != list(range(len(frows))) or {r["task_dir"] for r in frows} != {wrow["task_dir"]}:
-            raise RocketIdxError(f"window {wid}: files {[r['name'] for r in frows]} are not one task's 0..k-1")
-        prev = None
-        for r in frows:
-            header = Header(r["begin_timestamp"], r["end_timestamp"], r["begin_phy_offset"], r["end_phy_offset"],
-                            r["hash_slot_count"], r["index_count"])
-            seed = (0, 0) if prev is None else (prev.end_phy_offset, prev.end_timestamp)
-            if (r["created_with_end_phy_offset"], r["created_with_end_timestamp"]) != seed:
-                raise RocketIdxError(f"window {wid} file {r['seq']}: not seeded from its predecessor's end")
-            if prev is not None and prev.index_count != config.index_num:
-                raise RocketIdxError(f"window {wid} file {r['seq'] - 1}: rolled over before it was full")
-            if r["entries"] != header.index_count - 1 or r["entries"] <= 0:
-                raise RocketIdxError(f"window {wid} file {r['seq']}: entries do not match its header")
-            files.append(FileInfo(r["name"], wid, r["window_start_ms"], r["seq"], header,
-                                  r["created_with_end_phy_offset"], r["created_with_end_timestamp"]))
-            prev = header
-        if sum(r["entries"] for r in frows) != wrow["entries"]:
-            raise RocketIdxError(f"window {wid}: files hold {sum(r['entries'] for r in frows)} entries, "
-                                 f"the writer put {wrow['entries']}")
-        written += wrow["entries"]
-    skipped = sum(r["skipped_below_end"] for r in window_rows)
-    if written + skipped != resolved.entries:
-        raise RocketIdxError(f"entries read ({resolved.entries}) != written ({written}) + skipped below "
-                             f"endPhyOffset ({skipped}): the writers lost or duplicated entries")
-    return files, len(by_window), skipped
-
-
-def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], files) -> dict[str, str]:
-    """Where each validated file is (staged name -> path in its task directory), after checking it is there
-    with the size its writer reported. The commit moves each once, straight to its final name (a move on
-    an object store copies the whole file); files of failed or speculative attempts that lost stay in
-    ``_tasks``, which the commit removes."""
-    task_of = {(r["window_id"], r["seq"]): (r["task_dir"], r["size"]) for r in rows if r["kind"] == "file"}
-    sources = {}
-    for f in files:
-        task_dir, size = task_of[(f.window_id, f.seq)]
-        src = f"{staging.path}/{task_dir}/{f.name}"
-        found = output.file_size(src)
-        if found is None:
-            raise FileNotFoundError(f"staged index file missing: {staging.where(task_dir, f.name)}")
-        if found != size:
-            raise RocketIdxError(f"{staging.where(task_dir, f.name)}: {found} bytes, expected {size}")
-        sources[f.name] = src
-    return sources

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from rocketidx.engine import DEFAULT_BREAK_EVEN, launched_by_spark_submit
 from rocketidx.errors import ConfigError
 from rocketidx.splits import DEFAULT_SPLIT_BYTES
 from rocketidx.units import parse_size
@@ -37,12 +38,14 @@ class SparkSettings:
     shuffle_partitions: int | None = None  # None: the session's default parallelism
     master: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    break_even: int = DEFAULT_BREAK_EVEN  # bytes to read from which a command picks Spark (rocketidx.engine)
 
 
 def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkSettings:
     """Settings from JSON files (later files win): top-level ``split_bytes``, ``shuffle_partitions``,
-    ``master`` and a ``spark`` section of ``spark.*`` settings; then non-None ``overrides``."""
-    split, parts, master, conf = DEFAULT_SPLIT_BYTES, None, None, {}
+    ``master``, ``engine_break_even`` and a ``spark`` section of ``spark.*`` settings; then non-None
+    ``overrides``."""
+    split, parts, master, conf, break_even = DEFAULT_SPLIT_BYTES, None, None, {}, DEFAULT_BREAK_EVEN
     for path in paths:
         if path is None:
             continue
@@ -50,11 +53,13 @@ def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkS
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
             raise ConfigError("spark_conf", str(path), f"cannot read: {e}") from e
-        unknown = set(data) - {"split_bytes", "shuffle_partitions", "master", "spark", "index"}
+        unknown = set(data) - {"split_bytes", "shuffle_partitions", "master", "spark", "index", "engine_break_even"}
         if unknown:
             raise ConfigError("spark_conf", str(path), f"unknown settings {sorted(unknown)}")
         if "split_bytes" in data:
             split = parse_size(data["split_bytes"], "split_bytes")
+        if "engine_break_even" in data:
+            break_even = parse_size(data["engine_break_even"], "engine_break_even")
         if data.get("shuffle_partitions"):
             parts = int(data["shuffle_partitions"])
         master = data.get("master", master)
@@ -62,18 +67,13 @@ def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkS
         if not isinstance(section, dict) or any(not str(k).startswith("spark.") for k in section):
             raise ConfigError("spark", section, "expected an object of spark.* settings")
         conf.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in section.items()})
-    settings = SparkSettings(split, parts, master, conf)
+    settings = SparkSettings(split, parts, master, conf, break_even)
     kw = {k: v for k, v in overrides.items() if v is not None}
     if "split_bytes" in kw:
         kw["split_bytes"] = parse_size(kw["split_bytes"], "split_bytes")
     if kw.get("shuffle_partitions") is not None and int(kw["shuffle_partitions"]) < 1:
         raise ConfigError("shuffle_partitions", kw["shuffle_partitions"], "must be positive")
     return SparkSettings(**{**settings.__dict__, **kw})
-
-
-def launched_by_spark_submit() -> bool:
-    """True inside a driver that spark-submit (or the pyspark shell) started: it already chose a master."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, *, app_name: str = "rocketidx",

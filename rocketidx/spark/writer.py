@@ -23,12 +23,13 @@ Stays true:
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from typing import Iterator
 
 import pyarrow as pa
 
-TASKS_DIR = "_tasks"  # under the staging version directory; emptied before the commit
+from rocketidx.direct import WriterParams
+from rocketidx.output import TASKS_DIR
+
 
 WRITER_ROWS = pa.schema([
     ("kind", pa.string()),  # file | window | range | task
@@ -53,17 +54,6 @@ WRITER_ROWS = pa.schema([
     ("cpu_ms", pa.int64()),  # task rows: CPU time the Python worker spent on this task
     ("info", pa.binary()),
 ])
-
-
-@dataclass(frozen=True)
-class WriterParams:
-    """What every writer task needs; small and picklable."""
-
-    staging: str  # the version directory (local path, or URI): rocketidx.output.TaskFiles writes there
-    hash_slot_num: int
-    index_num: int
-    window_ms: int
-    num_ranges: int  # info rows each partition must see
 
 
 def _rows(rows: list[dict]) -> pa.RecordBatch:

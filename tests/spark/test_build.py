@@ -159,3 +159,16 @@ def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, ste
         assert stats["strays"] > 0 and stats["rerun_tasks"] > 0
     assert same_build(tmp_path / "core", tmp_path / "out") == []
     assert _summary(summary.as_dict()) == _summary(core_summary.as_dict())
+
+
+def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
+    from rocketidx.direct import build_index_range
+    case = GOLDEN_CASES[5]
+    table, _ = core_read(case / "commitlog")
+    ts = sorted(table["store_timestamp_ms"].to_pylist())
+    bounds = dict(from_offset=5000 * 1024**2 + 300_000, from_time_ms=ts[200], to_time_ms=ts[2000])
+    config = BuildConfig(53, 200, 433_000, "UTC")
+    _, core = build_index_range(case, tmp_path / "core", config, **bounds)
+    _, on_spark = build_index_spark(case, tmp_path / "spark", config, spark=spark, shuffle_partitions=3, **bounds)
+    assert same_build(tmp_path / "core", tmp_path / "spark") == []
+    assert _summary(on_spark.as_dict()) == _summary(core.as_dict()) and core.messages > 0

@@ -271,5 +271,7 @@ def test_cli_verify_on_spark_prints_the_in_process_report(spark, damaged, capsys
     assert main(args + ["--spark", "--split-bytes", str(SPLIT)]) == 1
     assert json.loads(capsys.readouterr().out) == core and core["counts"]["not-a-message"] == 1
     assert spark.sparkContext._jsc is not None  # the test's session was joined, not stopped
-    assert main(args + ["--master", "local[1]"]) == 2
-    assert "--master needs --spark" in capsys.readouterr().err
+    assert main(args + ["--in-process", "--master", "local[1]"]) == 2
+    assert "--master needs Spark" in capsys.readouterr().err
+    assert main(args + ["--in-process", "--spark"]) == 2
+    assert "exclude each other" in capsys.readouterr().err

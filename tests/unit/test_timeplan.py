@@ -17,13 +17,11 @@ from splitread import same_build
 from rocketidx import layout as L
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
-from rocketidx.direct import run_task, strays_of
+from rocketidx.direct import WriterParams, run_task, strays_of, validate
 from rocketidx.generate import GenConfig, generate_store
 from rocketidx.manifest import INDEX_DIR
 from rocketidx.messages import scan_records
 from rocketidx.segments import list_segments, open_segment
-from rocketidx.spark.pipeline import validate
-from rocketidx.spark.writer import WriterParams
 from rocketidx.splits import RangeInfo, SplitSpec, resolve_stops
 from rocketidx.timeplan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
 
