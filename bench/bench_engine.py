@@ -134,10 +134,12 @@ def e2e(repeat: int, results: dict) -> None:
             "in_process_MBps": round(bytes_read / 1e6 / ip_wall), "spark_MBps": round(bytes_read / 1e6 / sp_wall),
             "spark_over_in_process": round(sp_wall / ip_wall, 2), "in_process_cpu_s": ip_cpu, "spark_cpu_s": sp_cpu,
             "spark_timeline": {k: spark.get(k) for k in ("session_s", "plan_s", "job_s", "commit_s", "stop_s")},
-            "peak_worker_rss_mb": spark.get("peak_worker_rss_mb"), "mode": spark.get("mode")}
+            "peak_worker_rss_mb": spark.get("peak_worker_rss_mb"), "mode": spark.get("mode"),
+            "driver_peak_rss_mb": rows[-1][1][2].get("driver_peak_rss_mb")}
         print(f"  {name}: in process {ip_wall:.2f}s ({r['in_process_MBps']} MB/s), Spark whole process "
               f"{sp_wall:.2f}s ({r['spark_MBps']} MB/s) = {r['spark_over_in_process']}x; CPU {ip_cpu:.1f} vs "
-              f"{sp_cpu:.1f} s; Spark timeline {r['spark_timeline']}", flush=True)
+              f"{sp_cpu:.1f} s; Spark timeline {r['spark_timeline']}; peak RSS Python worker "
+              f"{r['peak_worker_rss_mb']} MB, driver {r['driver_peak_rss_mb']} MB", flush=True)
 
 
 def cpu(repeat: int, results: dict) -> None:
@@ -148,8 +150,10 @@ def cpu(repeat: int, results: dict) -> None:
     line = f"  bare local[2] session (start, one SQL, one Python job, stop): {bare_wall:.2f}s wall, {bare_cpu:.1f} CPU-s"
     if r:
         ratio = round((r["spark_cpu_s"] - bare_cpu) / r["in_process_cpu_s"], 2)
-        results["cpu store-6m"] = {"spark_less_bare_over_in_process": ratio}
-        line += f"; Spark build CPU less that / in-process CPU = {ratio} (target <= 1.3)"
+        whole = round(r["spark_cpu_s"] / r["in_process_cpu_s"], 2)
+        results["cpu store-6m"] = {"spark_less_bare_over_in_process": ratio, "spark_over_in_process": whole}
+        line += (f"; store-6m Spark build CPU less that / in-process CPU = {ratio} (target <= 1.3); "
+                 f"without subtracting anything {whole}")
     print(line, flush=True)
 
 

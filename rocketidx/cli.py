@@ -195,8 +195,10 @@ def run_build(a: argparse.Namespace) -> int:
         _, summary = build_index(a.commitlog, a.out, cfg, segments=segments)
     wall = time.monotonic() - t0
     if a.json:
+        import resource
+        rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
-                              spark=spark_stats)))
+                              driver_peak_rss_mb=rss_mb, spark=spark_stats)))
     else:
         print_summary(summary)
         print(f"engine: {engine.name} ({engine.reason})")

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.messages import find_first_record, scan_records
+from rocketidx.messages import find_first_record, release_pages, scan_records
 from rocketidx.segments import Segment, SegmentRange, open_segment
 from rocketidx.splits import SplitSpec
 
@@ -101,11 +101,18 @@ class _Log:
         """The first record starting in ``[pos, limit)`` of segment ``i``, or None."""
         self.probes += 1
         seg = self.segments[i]
-        first = find_first_record(self.buf(i), seg, pos, min(limit, pos + SEARCH_BYTES))
-        if first is None:
-            return None
-        found = self.record(i, first)
+        end = min(limit, pos + SEARCH_BYTES)
+        first = find_first_record(self.buf(i), seg, pos, end)
+        found = self.record(i, first) if first is not None else None
+        # A probe into a zero tail scans megabytes: keep them out of the driver's resident memory.
+        release_pages(self.buf(i), pos, end + L.RECORD_PREFIX.itemsize)
         return found[0] if found else None
+
+    def close(self) -> None:
+        for buf in self._bufs.values():
+            if hasattr(buf, "close"):
+                buf.close()
+        self._bufs.clear()
 
     def first_at_or_after(self, i: int, lo: int, ts: int) -> int | None:
         """Bisection in segment ``i``: the first record after the record at ``lo`` whose store time is at
@@ -122,11 +129,14 @@ class _Log:
             else:
                 lo = p.pos
         # Walk the chain from lo (a record start) to hi, in one scan.
-        for recs in scan_records(self.buf(i), self.segments[i], lo, hi, check_crc=False, batch_records=4096):
-            later = (recs[:, L.REC_STORE_TS] >= ts) & (recs[:, L.REC_POS] > lo)
-            if later.any():
-                return int(recs[int(later.argmax()), L.REC_POS])
-        return answer
+        try:
+            for recs in scan_records(self.buf(i), self.segments[i], lo, hi, check_crc=False, batch_records=4096):
+                later = (recs[:, L.REC_STORE_TS] >= ts) & (recs[:, L.REC_POS] > lo)
+                if later.any():
+                    return int(recs[int(later.argmax()), L.REC_POS])
+            return answer
+        finally:
+            release_pages(self.buf(i), lo, hi)
 
 
 def window_of(ts: int, window_ms: int) -> int:
@@ -143,6 +153,13 @@ def plan_windows(segments: list[Segment], spec: SplitSpec, window_ms: int) -> li
     lo = max(segments[0].base_offset, spec.from_offset or 0)
     hi = segments[-1].end_offset if spec.to_offset is None else min(segments[-1].end_offset, spec.to_offset)
     log = _Log(segments, lo, hi)
+    try:
+        return _plan(log, segments, lo, hi, window_ms)
+    finally:
+        log.close()
+
+
+def _plan(log: _Log, segments: list[Segment], lo: int, hi: int, window_ms: int) -> list[WindowRange]:
     # Each segment's first record: where a window that starts before the segment's first record ends.
     heads: list[Probe | None] = []
     for i in range(len(segments)):

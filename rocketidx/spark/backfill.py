@@ -30,7 +30,8 @@ class SparkBuilder:
 
     def close(self) -> None:
         if self._own and self.spark is not None:
-            self.spark.stop()
+            from rocketidx.spark.session import stop_session
+            stop_session(self.spark)
             self.spark = None
 
 

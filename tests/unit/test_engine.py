@@ -48,7 +48,7 @@ def test_spark_submit_always_means_spark(monkeypatch):
 
 def test_the_break_even_is_a_documented_default_in_conf():
     settings = load_spark_settings(cli.__file__.replace("rocketidx/cli.py", "conf/spark.json"))
-    assert settings.break_even == 12 * 1024**3
+    assert settings.break_even == 14 * 1024**3
 
 
 def test_data_bytes_counts_allocated_blocks_in_the_range(tmp_path):
