@@ -27,6 +27,7 @@ from rocketidx.output import LocalOutput
 from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
 from rocketidx.splits import CommitLogReader
+from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, save_collected
 from rocketidx.windows import assign_windows
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,8 @@ class BuildSummary:
     stop: dict | None = None
     stops: list[dict] = field(default_factory=list)
     wall_s: float = 0.0
+    bytes_scanned: int = 0  # bytes the reader went through (less than bytes_read when a time index skipped some)
+    time_index: str | None = None  # how a time slice used the time index, when it was asked to
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -100,8 +103,8 @@ class WindowSet:
 
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
                 *, segments: list[Segment] | None = None, progress=None, native: bool | None = None,
-                start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None
-                ) -> tuple[dict, BuildSummary]:
+                start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
+                time_index: str | None = "auto") -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog. Returns (manifest, summary).
 
     ``start_offset``: read from the first record at or after this absolute offset (a backfill's range);
@@ -115,12 +118,16 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
     output = LocalOutput(out)
+    tdir = default_dir(out) if time_index == AUTO else time_index
     with output.lock():
         staging = output.new_staging()
         windows = WindowSet(os.path.join(staging.path, INDEX_DIR), config)
         try:
+            blocks = BlockCollector(DEFAULT_BLOCK_BYTES) if tdir and start_offset is None and not skip_entries \
+                else None
             reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
-                                     native=native, start_offset=start_offset)
+                                     native=native, start_offset=start_offset,
+                                     on_records=blocks.add if blocks else None)
             for seg, buf, recs, entries in reader.entry_chunks():
                 summary.messages += len(recs)
                 summary.rollback_skipped += rollback_count(recs)
@@ -138,7 +145,7 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
             windows.abort()
             output.discard(staging)
             raise
-        summary.bytes_read = reader.bytes_read
+        summary.bytes_read = summary.bytes_scanned = reader.bytes_read
         summary.stop = reader.stop.as_dict() if reader.stop else None
         summary.stops = [s.as_dict() for s in reader.stops]
         summary.below_end_phy_offset_skipped = windows.skipped_below_end
@@ -152,6 +159,11 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         except BaseException:
             output.discard(staging)
             raise
+        if blocks is not None:
+            try:
+                save_collected(tdir, segments, blocks, summary.stops, config.check_crc)
+            except OSError as e:
+                log.warning("could not keep the time index in %s: %s", tdir, e)
     return manifest, summary
 
 

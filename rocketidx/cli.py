@@ -56,6 +56,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help="epoch ms or ISO-8601 store time (inclusive)")
     b.add_argument("--to-time", type=time_arg("--to-time"), default=None,
                    help="epoch ms or ISO-8601 store time (exclusive)")
+    b.add_argument("--time-index", default=None,
+                   help="time index directory: a --from/--to-time build reads only the blocks it needs, a whole "
+                        "read keeps it up to date (default OUT/_timeindex for a local OUT; 'none': neither)")
 
 
 def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | None = None,
@@ -120,8 +123,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--spark-conf", default=None, help="Spark settings and break-even (default conf/spark.json)")
     v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")
 
-    from rocketidx import stats_cli
+    from rocketidx import stats_cli, timeindex_cli
     stats_cli.add_parser(sub)
+    timeindex_cli.add_parser(sub)
 
     q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
     q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index)")
@@ -180,7 +184,16 @@ def run_build(a: argparse.Namespace) -> int:
     filtered = any(v is not None for v in (a.from_offset, a.to_offset, a.from_time, a.to_time))
     spark_only = ("the output is a URI, which the in-process build does not write" if is_uri(a.out) else
                   "a range of a remote CommitLog is read on Spark" if filtered and is_uri(a.commitlog) else None)
-    engine = choose_engine(data_bytes(segments, a.from_offset, a.to_offset), in_process=in_process,
+    tindex = _time_index_arg(a)
+    work = data_bytes(segments, a.from_offset, a.to_offset)
+    if (a.from_time is not None or a.to_time is not None) and a.from_offset is None and a.to_offset is None:
+        from rocketidx.direct import time_index_dir
+        from rocketidx.timeindex import plan_slice
+        tdir = time_index_dir(tindex, a.out)
+        sliced = plan_slice(segments, tdir, a.from_time, a.to_time, cfg.check_crc)[0] if tdir and segments \
+            and not is_uri(a.commitlog) else None
+        work = sliced.bytes if sliced else work  # what the slice will read
+    engine = choose_engine(work, in_process=in_process,
                            master=a.master, break_even=settings.break_even, spark_only=spark_only)
     t0 = time.monotonic()
     spark_stats = None
@@ -189,10 +202,10 @@ def run_build(a: argparse.Namespace) -> int:
     elif filtered:
         from rocketidx.direct import build_index_range
         _, summary = build_index_range(a.commitlog, a.out, cfg, from_offset=a.from_offset, to_offset=a.to_offset,
-                                       from_time_ms=a.from_time, to_time_ms=a.to_time)
+                                       from_time_ms=a.from_time, to_time_ms=a.to_time, time_index=tindex)
     else:
         from rocketidx.build import build_index
-        _, summary = build_index(a.commitlog, a.out, cfg, segments=segments)
+        _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex)
     wall = time.monotonic() - t0
     if a.json:
         import resource
@@ -205,6 +218,12 @@ def run_build(a: argparse.Namespace) -> int:
         if spark_stats:
             print_spark_figures(spark_stats, wall)
     return 0
+
+
+def _time_index_arg(a) -> str | None:
+    """``--time-index``: a directory, "none" (None), or unset ("auto": OUT/_timeindex)."""
+    v = getattr(a, "time_index", None)
+    return "auto" if v is None else None if v.lower() == "none" else v
 
 
 def _spark_settings(a):
@@ -224,7 +243,7 @@ def _build_on_spark(a, cfg, settings):
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
                                        from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
                                        to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
-                                       stats=stats)
+                                       stats=stats, time_index=_time_index_arg(a))
         t_stop = time.monotonic()
     stats["stop_s"] = round(time.monotonic() - t_stop, 3)
     return summary, stats
@@ -243,10 +262,13 @@ def print_spark_figures(st: dict, wall: float) -> None:
 
 
 def print_summary(s) -> None:
-    mb = s.bytes_read / 1e6
+    mb = (s.bytes_scanned or s.bytes_read) / 1e6
     rate = f"{mb / s.wall_s:.0f} MB/s, {s.entries / s.wall_s / 1e6:.2f} M entries/s" if s.wall_s else ""
     print(f"segments {s.segments}  bytes {s.bytes_read:,}  messages {s.messages:,}  entries {s.entries:,}  "
           f"windows {s.windows}  files {s.files}  wall {s.wall_s:.2f}s  {rate}")
+    if s.time_index is not None or (s.bytes_scanned and s.bytes_scanned < s.bytes_read):
+        print(f"read {s.bytes_scanned:,} of the log's {s.bytes_read:,} bytes"
+              + (f" (time index: {s.time_index})" if s.time_index else ""))
     if s.stop:
         print(f"reading stopped: {s.stop['segment']} + {s.stop['segment_offset']} "
               f"(offset {s.stop['phy_offset']}): {s.stop['reason']}")
@@ -532,8 +554,13 @@ def cmd_stats(a) -> int:
     return run(a)
 
 
+def cmd_timeindex(a) -> int:
+    from rocketidx.timeindex_cli import cmd_timeindex as run
+    return run(a)
+
+
 COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfill": run_backfill_command,
-            "gen": cmd_gen, "build": run_build, "query": cmd_query}
+            "gen": cmd_gen, "build": run_build, "query": cmd_query, "timeindex": cmd_timeindex}
 
 
 def main(argv: list[str] | None = None) -> int:

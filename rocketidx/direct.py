@@ -39,7 +39,8 @@ from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
 from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles
 from rocketidx.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, read_split, resolve_stops
-from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, task_count
+from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, plan_slice, save_collected
+from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
 from rocketidx.windows import assign_windows
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class WriterParams:
     index_num: int
     window_ms: int
     num_ranges: int = 0  # shuffle plan: info rows each partition must see
+    time_blocks: int = 0  # > 0: tasks also report the time index's blocks of this many bytes
 
 
 # A task that finds more stray entries than this reports only the count: the driver then falls back
@@ -83,9 +85,10 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
     infos = []
     pieces = sorted([(p, True) for p in task.pieces] + [(p, False) for p in task.extra],
                     key=lambda x: x[0].segment.base_offset + x[0].start)
+    blocks = BlockCollector(params.time_blocks) if params.time_blocks else None
     try:
         for piece, counts in pieces:
-            reading = read_split(piece, spec, entries=True)
+            reading = read_split(piece, spec, entries=True, on_records=blocks.add if blocks and counts else None)
             while True:
                 try:
                     chunk = next(reading)
@@ -133,6 +136,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
         win = np.concatenate(stray_win) if n_strays <= MAX_STRAYS else np.zeros(0, np.int64)
         rows.append({"kind": "strays", "partition": partition, "task": task.index, "count": n_strays,
                      "positions": pos.astype(np.int64).tobytes(), "windows": win.astype(np.int64).tobytes()})
+    if blocks is not None:
+        rows.extend(blocks.to_rows())
     cpu1, rss = _usage()
     rows.append({"kind": "task", "partition": partition, "task_dir": task_dir, "task": task.index,
                  "worker_rss_kb": rss, "cpu_ms": cpu1 - cpu0})
@@ -172,19 +177,50 @@ def strays_of(rows: list[dict]) -> tuple[np.ndarray, np.ndarray, int, bool]:
 MAX_RERUN_SHARE = 0.5
 
 
-def plan_tasks(segments, spec: SplitSpec, window_ms: int, wanted: int | None, cores: int,
-               figures: dict) -> list[DirectTask]:
-    """The direct plan's tasks (none when no record starts in the read); fills ``figures``."""
+@dataclass
+class DirectPlan:
+    """The direct plan's tasks, and the :class:`RangeInfo` of bytes a time index let it skip."""
+
+    tasks: list[DirectTask]
+    skipped: list[RangeInfo]
+
+
+def _whole_read(segments, spec: SplitSpec) -> bool:
+    """Whether the read covers its segments from first byte to last (what a time index describes)."""
+    return bool(segments) and spec.from_offset in (None, segments[0].base_offset) and \
+        spec.to_offset in (None, segments[-1].end_offset) and not spec.skip_offsets and not spec.skip_entries \
+        and not spec.whole_segments
+
+
+def plan_tasks(segments, spec: SplitSpec, window_ms: int, wanted: int | None, cores: int, figures: dict,
+               time_index: str | None = None) -> DirectPlan:
+    """The direct plan's tasks (none when no record starts in the read); fills ``figures``.
+
+    A time-bounded read of whole segments with a usable time index in ``time_index`` (see
+    :mod:`rocketidx.timeindex`) plans only the blocks whose store times meet the bounds.
+    """
     t0 = time.monotonic()
-    ranges = plan_windows(segments, spec, window_ms)
-    tasks = group_ranges(segments, ranges, task_count(ranges, spec.split_bytes, wanted, cores)) if ranges else []
+    sliced = None
+    if time_index and (spec.from_time_ms is not None or spec.to_time_ms is not None) and _whole_read(segments, spec):
+        sliced, why = plan_slice(segments, time_index, spec.from_time_ms, spec.to_time_ms, spec.check_crc)
+        figures["time_index"] = (f"{sliced.blocks_read} of {sliced.blocks} blocks" if sliced
+                                 else f"not used: {why}")
+        log.info("time index %s: %s", time_index, figures["time_index"])
+    if sliced is not None:
+        ranges = [r for p in sliced.pieces for r in plan_windows(segments, spec, window_ms, within=p)]
+        tasks = slice_tasks(segments, ranges, task_count(ranges, spec.split_bytes, wanted, cores))
+        skipped = sliced.skipped
+    else:
+        ranges = plan_windows(segments, spec, window_ms)
+        tasks = group_ranges(segments, ranges, task_count(ranges, spec.split_bytes, wanted, cores)) if ranges else []
+        skipped = []
     figures.update(ranges=len(ranges), tasks=len(tasks), plan_s=round(time.monotonic() - t0, 3), strays=0,
                    rerun_tasks=0)
     log.info("direct plan: %d windows' ranges -> %d tasks in %.3fs", len(ranges), len(tasks), figures["plan_s"])
-    return tasks
+    return DirectPlan(tasks, skipped)
 
 
-def run_direct(tasks: list[DirectTask], segments, run_job: Callable[..., list[dict]], figures: dict, *,
+def run_direct(plan: DirectPlan, segments, run_job: Callable[..., list[dict]], figures: dict, *,
                strict: bool = True) -> tuple[list[dict], ResolvedStops, int] | None:
     """Run the tasks (``run_job(tasks, what, report_ranges=...)`` -> rows) and check what they wrote.
 
@@ -196,9 +232,10 @@ def run_direct(tasks: list[DirectTask], segments, run_job: Callable[..., list[di
     the bytes. Fewer strays are rerouted by rerunning only the tasks that own their windows, with the
     stray records as extra pieces.
     """
+    tasks = plan.tasks
     rows = run_job(tasks, "direct")
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
-    resolved = resolve_stops(infos)
+    resolved = resolve_stops(infos + plan.skipped)
     if resolved.chain_breaks or (strict and resolved.phy_mismatch) or \
             sum(i.entries for i in infos) != resolved.entries:
         log.info("the direct plan gives way: %s", "splits disagree on record starts" if resolved.chain_breaks
@@ -294,6 +331,32 @@ def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     return sources
 
 
+def time_index_dir(time_index: str | None, out) -> str | None:
+    """``AUTO``: ``OUT/_timeindex`` for a local output (none for a URI); None: no time index."""
+    return default_dir(out) if time_index == AUTO else (str(time_index) if time_index else None)
+
+
+def collect_blocks(tdir: str | None, segments, spec: SplitSpec, plan: DirectPlan) -> int:
+    """The block size the tasks should report (0: none): only a read of whole segments, all of them
+    scanned, describes them completely."""
+    if not tdir or plan.skipped or not _whole_read(segments, spec) or any(is_uri(s.path) for s in segments):
+        return 0
+    return DEFAULT_BLOCK_BYTES
+
+
+def keep_time_index(tdir: str | None, segments, rows: list[dict], block_bytes: int, summary: BuildSummary,
+                    check_crc: bool) -> None:
+    """Write the time index the tasks' rows describe (a failure to keep it never fails the build)."""
+    if not tdir or not block_bytes:
+        return
+    collector = BlockCollector(block_bytes)
+    collector.absorb(rows)
+    try:
+        save_collected(tdir, segments, collector, summary.stops, check_crc)
+    except OSError as e:
+        log.warning("could not keep the time index in %s: %s", tdir, e)
+
+
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], resolved: ResolvedStops,
                  config: BuildConfig, segments, summary: BuildSummary, *, filters: dict, name_after: str | None,
                  t0: float) -> dict:
@@ -318,6 +381,11 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     summary.files = len(files)
     summary.stop = resolved.stop
     summary.stops = list(resolved.stops)
+    # What the readers went through: each counted range from its start to where it stopped or ended
+    # (ranges tile the log, so a whole read scans bytes_read; a time index's slice, less).
+    infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
+    summary.bytes_scanned = sum(max(0, min(i.stop_offset, i.end) - i.start) for i in infos
+                                if i.index in resolved.included)
     summary.wall_s = round(time.monotonic() - t0, 3)
     manifest = manifest_header(config, segments, summary)
     kept = {k: v for k, v in filters.items() if v is not None}
@@ -328,11 +396,12 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
 
 def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
                       from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
-                      to_time_ms: int | None = None) -> tuple[dict, BuildSummary]:
+                      to_time_ms: int | None = None, time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
     """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
     bounds; :func:`rocketidx.build.build_index` is the unfiltered reference, this is its filtered twin.
+    ``time_index``: the time index directory to use and keep (:func:`time_index_dir`).
     """
     t0 = time.monotonic()
     if is_uri(out):
@@ -349,15 +418,17 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                "to_time_ms": to_time_ms}
     summary = BuildSummary(segments=len(segments))
     output = LocalOutput(str(out))
+    tdir = time_index_dir(time_index, out)
     with output.lock():
         staging = output.new_staging()
         try:
-            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
             figures: dict = {}
-            # One task owns every window and reads each segment as one piece: no strays, no resync.
-            tasks = plan_tasks(segments, spec, config.window_ms, 1, 1, figures)
-            ran = run_direct(tasks, segments, local_job(spec, params), figures, strict=False) if tasks else \
-                ([], resolve_stops([]), 0)
+            # One task owns every window: no strays, no resync.
+            plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
+            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
+                                  time_blocks=collect_blocks(tdir, segments, spec, plan))
+            ran = run_direct(plan, segments, local_job(spec, params), figures, strict=False) if plan.tasks else \
+                ([], resolve_stops(plan.skipped), 0)
             if ran is None:
                 raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
             rows, resolved, _ = ran
@@ -366,4 +437,6 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         except BaseException:
             output.discard(staging)
             raise
+        summary.time_index = figures.get("time_index")
+        keep_time_index(tdir, segments, rows, params.time_blocks, summary, config.check_crc)
     return manifest, summary

@@ -101,9 +101,10 @@ class RangeReader:
     """
 
     def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True,
-                 batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None):
+                 batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None, on_records=None):
         self.buf, self.range, self.check_crc, self.batch_records = buf, rng, check_crc, batch_records
         self.native = native
+        self.on_records = on_records  # called with (segment, records array) for every batch scanned
         self.stop: ReadStop | None = None
         self.records = 0
 
@@ -126,6 +127,8 @@ class RangeReader:
                 return
             recs = item[0] if isinstance(item, tuple) else item
             self.records += len(recs)
+            if self.on_records is not None:
+                self.on_records(seg, recs)
             yield item
             last_end = int(recs[-1, L.REC_POS] + recs[-1, L.REC_TOTAL])
             release_pages(self.buf, released, last_end)
@@ -164,8 +167,9 @@ class CommitLogReader:
 
     def __init__(self, segments: list[Segment], *, check_crc: bool = True,
                  batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None,
-                 start_offset: int | None = None):
+                 start_offset: int | None = None, on_records=None):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.on_records = on_records  # see RangeReader
         self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
         self.native = native
         self.stop: ReadStop | None = None
@@ -181,7 +185,7 @@ class CommitLogReader:
             if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
                 start = self.start_offset - seg.base_offset
             reader = RangeReader(buf, SegmentRange(seg, start, seg.size), check_crc=self.check_crc,
-                                 batch_records=self.batch_records, native=self.native)
+                                 batch_records=self.batch_records, native=self.native, on_records=self.on_records)
             for item in (reader.entry_chunks() if entries else reader.record_chunks()):
                 recs = item[0] if entries else item
                 self.records += len(recs)
@@ -444,21 +448,22 @@ class SplitChunk(NamedTuple):
     entries: pa.RecordBatch | None  # rocketidx.entries.ENTRY_SCHEMA
 
 
-def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chunks: bool = True
-               ) -> Generator[SplitChunk, None, RangeInfo]:
+def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chunks: bool = True,
+               on_records=None) -> Generator[SplitChunk, None, RangeInfo]:
     """Read one split: yield the :class:`SplitChunk` batches ``spec`` keeps; return its :class:`RangeInfo`.
 
     ``entries``: read the entries too (and count them); ``chunks=False`` yields nothing (only the info
     is wanted). A remote split fetches its range plus :data:`REMOTE_MARGIN_BYTES`; when its read saw past
     that, it is read again with the rest of the segment, and nothing is yielded before a read that
-    proved sufficient.
+    proved sufficient. ``on_records(segment, records)`` sees every record scanned, before any filter
+    (a :class:`rocketidx.timeindex.BlockCollector` keeps the time map this way).
     """
     fetch_to = rng.end + REMOTE_MARGIN_BYTES if is_uri(rng.segment.path) else None
     while True:
         view = SegmentView(rng, fetch_to)
         try:
             held: list[SplitChunk] = []
-            gen = _read_view(view, rng, spec, entries)
+            gen = _read_view(view, rng, spec, entries, on_records)
             while True:
                 try:
                     chunk = next(gen)
@@ -481,10 +486,11 @@ def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chu
         fetch_to = rng.segment.size
 
 
-def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entries: bool):
+def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entries: bool, on_records=None):
     cpu0 = _cpu_ms()
     seg, buf = view.seg, view.buf
-    reader = RangeReader(buf, rng, check_crc=spec.check_crc, batch_records=spec.batch_records)
+    reader = RangeReader(buf, rng, check_crc=spec.check_crc, batch_records=spec.batch_records,
+                         on_records=on_records)
     first = None
     records = rollback = indexed = n_entries = 0
     mismatch = None

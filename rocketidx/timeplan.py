@@ -143,15 +143,20 @@ def window_of(ts: int, window_ms: int) -> int:
     return ts // window_ms if window_ms else 0
 
 
-def plan_windows(segments: list[Segment], spec: SplitSpec, window_ms: int) -> list[WindowRange]:
+def plan_windows(segments: list[Segment], spec: SplitSpec, window_ms: int, *,
+                 within: SegmentRange | None = None) -> list[WindowRange]:
     """Cut the read into one :class:`WindowRange` per run of a window (see the module docstring).
 
-    Local segments only. An empty list means no record starts in the read.
+    Local segments only. An empty list means no record starts in the read. ``within``: cut only this
+    piece of one segment (it starts at a record), as a time index's slice plans it.
     """
     if not segments:
         return []
     lo = max(segments[0].base_offset, spec.from_offset or 0)
     hi = segments[-1].end_offset if spec.to_offset is None else min(segments[-1].end_offset, spec.to_offset)
+    if within is not None:
+        base = within.segment.base_offset
+        lo, hi = max(lo, base + within.start), min(hi, base + within.end)
     log = _Log(segments, lo, hi)
     try:
         return _plan(log, segments, lo, hi, window_ms)
@@ -231,6 +236,34 @@ def group_ranges(segments: list[Segment], ranges: list[WindowRange], tasks: int)
                         index += 1
         out.append(DirectTask(len(out), tuple(sorted({r.window for r in g})), tuple(pieces)))
     return out
+
+
+def slice_tasks(segments: list[Segment], ranges: list[WindowRange], tasks: int) -> list[DirectTask]:
+    """Tasks for ranges that need not be contiguous nor in window order (a time index's slice): every
+    range of a window goes to the one task owning it; windows are dealt, in order, into ``tasks`` groups
+    of about equal bytes. Pieces are numbered in CommitLog order across all tasks."""
+    by_window: dict[int, list[WindowRange]] = {}
+    for r in ranges:
+        by_window.setdefault(r.window, []).append(r)
+    windows = sorted(by_window)
+    if not windows:
+        return []
+    tasks = max(1, min(tasks, len(windows)))
+    sizes = np.cumsum([sum(r.end - r.start for r in by_window[w]) for w in windows], dtype=np.float64)
+    before = np.r_[0.0, sizes[:-1]]  # bytes of the windows before each: a window goes where it starts
+    group_of = {w: min(tasks - 1, int(tasks * before[i] // max(1.0, sizes[-1]))) for i, w in enumerate(windows)}
+    bases = [s.base_offset for s in segments]
+    cut: list[tuple[int, int, int, int]] = []  # (absolute start, group, segment index, end)
+    for r in ranges:
+        i = bisect_right(bases, r.start) - 1
+        cut.append((r.start, group_of[r.window], i, r.end))
+    cut.sort()
+    pieces: dict[int, list[SegmentRange]] = {}
+    for n, (start, g, i, end) in enumerate(cut):
+        seg = segments[i]
+        pieces.setdefault(g, []).append(SegmentRange(seg, start - seg.base_offset, end - seg.base_offset, n))
+    groups = sorted(pieces)
+    return [DirectTask(k, tuple(w for w in windows if group_of[w] == g), tuple(pieces[g])) for k, g in enumerate(groups)]
 
 
 def task_count(ranges: list[WindowRange], split_bytes: int, wanted: int | None, cores: int) -> int:

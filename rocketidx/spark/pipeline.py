@@ -39,7 +39,8 @@ from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
 from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, plan_splits, resolve_stops
-from rocketidx.direct import WriterParams, finish_build, plan_tasks, run_direct
+from rocketidx.direct import WriterParams, collect_blocks, finish_build, keep_time_index, plan_tasks, run_direct, time_index_dir
+from rocketidx.timeindex import AUTO
 from rocketidx.output import TASKS_DIR
 from rocketidx.spark.writer import WRITER_ROWS, write_partition
 
@@ -112,7 +113,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       from_time_ms: int | None = None, to_time_ms: int | None = None,
                       shuffle_partitions: int | None = None, stats: dict | None = None,
                       start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
-                      shuffle: bool = False) -> tuple[dict, BuildSummary]:
+                      shuffle: bool = False, time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
 
     ``start_offset``, ``skip_entries``, ``name_after``: as in ``build_index`` (a backfill's range; the
@@ -123,7 +124,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     ``shuffle_partitions``: writer partitions (default: the session's default parallelism);
     ``stats``: a dict to fill with Spark-side figures (mode, tasks, partitions, peak worker RSS, job time);
     ``shuffle``: always use the shuffle plan (else it runs only where the direct plan cannot: a remote
-    CommitLog, a log too far out of time order, a read that stops early; see :func:`_run_direct`).
+    CommitLog, a log too far out of time order, a read that stops early; see :func:`_run_direct`);
+    ``time_index``: the time index directory a time slice reads and a whole read keeps (see
+    :func:`rocketidx.direct.time_index_dir`; only the direct plan uses it).
     """
     t0 = time.monotonic()
     commitlog, out = str(commitlog), str(out)
@@ -150,6 +153,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     summary = BuildSummary(segments=len(segments))
     filters = {"from_offset": from_offset, "to_offset": to_offset, "from_time_ms": from_time_ms,
                "to_time_ms": to_time_ms, "skip_entries": skip_entries or None}
+    tdir = time_index_dir(time_index, out)
+    blocks = 0
     with output.lock():
         staging = output.new_staging()
         try:
@@ -158,14 +163,19 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             plan_figures: dict = {}
             if not shuffle and segments and not any(is_uri(s.path) for s in segments):
                 # Probing needs random access: a remote CommitLog goes by the shuffle plan.
-                params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
-                tasks = plan_tasks(segments, opts, config.window_ms, shuffle_partitions,
-                                   spark.sparkContext.defaultParallelism, plan_figures)
-                if tasks:
-                    ran = run_direct(tasks, segments, partial(_direct_job, spark, opts=opts, params=params),
+                plan = plan_tasks(segments, opts, config.window_ms, shuffle_partitions,
+                                  spark.sparkContext.defaultParallelism, plan_figures, time_index=tdir)
+                blocks = collect_blocks(tdir, segments, opts, plan)
+                params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
+                                      time_blocks=blocks)
+                if plan.tasks:
+                    ran = run_direct(plan, segments, partial(_direct_job, spark, opts=opts, params=params),
                                      plan_figures)
                     if ran is None:
+                        blocks = 0
                         output.remove(f"{staging.path}/{TASKS_DIR}")
+                elif plan.skipped:  # the time index shows no record in the slice
+                    ran = ([], resolve_stops(plan.skipped), 0)
             mode = "shuffle" if ran is None else "direct"
             if ran is None:
                 ran = _run(spark, opts, output, staging, config, n, segments)
@@ -178,12 +188,17 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         except BaseException:
             output.discard(staging)
             raise
+        if mode == "shuffle" and plan_figures.get("time_index", "").endswith("blocks"):
+            plan_figures["time_index"] = "not used: the direct plan gave way to the shuffle plan, which reads all"
+        summary.time_index = plan_figures.get("time_index")
+        keep_time_index(tdir, segments, rows, blocks if mode == "direct" else 0, summary, config.check_crc)
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
     tasks = [r for r in rows if r["kind"] == "task"]
     rss = [i.worker_rss_kb for i in infos] + [r["worker_rss_kb"] for r in tasks]
     read_cpu = sum(i.cpu_ms for i in infos) / 1000
     figures = {"mode": mode, "splits": splits, "partitions": n if mode == "shuffle" else plan_figures["tasks"],
-               **(plan_figures if mode == "direct" else {}),
+               **(plan_figures if mode == "direct" else
+                  {k: v for k, v in plan_figures.items() if k == "time_index"}),
                "job_s": round(t_job, 3), "commit_s": round(t_commit, 3),
                "peak_worker_rss_mb": round(max(rss, default=0) / 1024, 1),
                "python_read_cpu_s": round(read_cpu, 2),

@@ -172,3 +172,34 @@ def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
     _, on_spark = build_index_spark(case, tmp_path / "spark", config, spark=spark, shuffle_partitions=3, **bounds)
     assert same_build(tmp_path / "core", tmp_path / "spark") == []
     assert _summary(on_spark.as_dict()) == _summary(core.as_dict()) and core.messages > 0
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 7])
+def test_a_slice_read_through_the_time_index_gives_the_full_reads_bytes(spark, tmp_path, partitions):
+    """The clock steps back 70 minutes in three places, so the slice's records lie in blocks far apart;
+    on Spark the slice reads only those blocks (each task its windows) and builds what a full read does."""
+    from rocketidx.direct import build_index_range
+    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.timeindex import DIR_NAME
+    store = tmp_path / "store"
+    generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,
+                                    clock_steps=3, clock_back_ms=70 * 60_000, seed=5))
+    config = BuildConfig(hash_slot_num=31, index_num=150, window_ms=1_800_000, timezone="UTC")
+    build_index(store, tmp_path / "whole", config)
+    lo, hi = 1_700_000_000_000 + 3_600_000, 1_700_000_000_000 + 3 * 3_600_000
+    _, full = build_index_range(store, tmp_path / "core", config, from_time_ms=lo, to_time_ms=hi, time_index=None)
+    stats: dict = {}
+    _, sliced = build_index_spark(store, tmp_path / "out", config, spark=spark, shuffle_partitions=partitions,
+                                  from_time_ms=lo, to_time_ms=hi, stats=stats,
+                                  time_index=str(tmp_path / "whole" / DIR_NAME))
+    # One task owns every window, so no strays; more tasks may own strays in over half the slice's bytes,
+    # and then the direct plan rightly gives way to the shuffle plan (which reads everything).
+    assert stats["mode"] == "direct" if partitions == 1 else stats["mode"] in ("direct", "shuffle")
+    assert stats["time_index"].endswith("blocks") if stats["mode"] == "direct" else \
+        stats["time_index"].startswith("not used: the direct plan gave way")
+    assert same_build(tmp_path / "core", tmp_path / "out") == []
+    strip = ("wall_s", "bytes_scanned", "time_index")
+    assert {k: v for k, v in sliced.as_dict().items() if k not in strip} == \
+        {k: v for k, v in full.as_dict().items() if k not in strip}
+    if stats["mode"] == "direct":
+        assert sliced.bytes_scanned < full.bytes_scanned
