@@ -6,8 +6,11 @@ topics and true collisions with the CommitLog, sizing advice) or, with ``--json`
 ``summary`` and every table as a list of records. Exit 0 when the statistics were computed, 2 when they
 could not be (a typed error, one line on stderr naming the file).
 
-The statistics are computed on Spark (:mod:`rocketidx.spark.stats`), ``local[*]`` unless ``--master`` or
-spark-submit says otherwise; the session starts without its UI or progress bars so stdout stays clean.
+The statistics are computed in this process (:mod:`rocketidx.stats_local`) or on Spark
+(:mod:`rocketidx.spark.stats`), the same tables either way, chosen by :func:`rocketidx.engine.choose_engine`
+on the bytes to read (the index files' allocated blocks, plus the CommitLog's with ``--commitlog``);
+``--in-process`` or ``--master`` decide, and spark-submit always means Spark. A Spark session starts
+without its UI or progress bars so stdout stays clean.
 Wiring (in ``rocketidx/cli.py``): ``stats_cli.add_parser(sub)`` in ``_parser()`` and
 ``"stats": stats_cli.cmd_stats`` in ``COMMANDS``.
 """
@@ -26,7 +29,7 @@ QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "fal
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("stats", help="index health and sizing statistics (computed on Spark)",
+    p = subparsers.add_parser("stats", help="index health and sizing statistics (in process or on Spark)",
                               description="How full each file is, chain lengths, key-hash collisions, hot keys, "
                                           "traffic per time bucket, and the hashSlotNum/indexNum that fit it.")
     p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
@@ -44,7 +47,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--target-files-per-day", type=float, default=24.0, help="sizing: files per day (default 24)")
     p.add_argument("--headroom", type=float, default=2.0, help="sizing: growth factor on the peak (default 2)")
     p.add_argument("--no-crc", action="store_true", help="skip the CommitLog body CRC check")
-    p.add_argument("--master", default=None, help="Spark master (default local[*], or spark-submit's)")
+    p.add_argument("--in-process", action="store_true", help="compute in this process, no Spark")
+    p.add_argument("--master", default=None, help="compute on Spark with this master (default: by size)")
+    p.add_argument("--spark-conf", default=None, help="break-even size (default conf/spark.json)")
     return p
 
 
@@ -61,19 +66,41 @@ def _run(a) -> int:
     # Everything that can be checked without Spark is checked first: a JVM takes seconds to start.
     targets = SizingTargets(a.target_chain, a.target_files_per_day, a.headroom)
     file_refs(a.index, a.hash_slots, a.index_num)
-    from rocketidx.spark.session import get_session
-    from rocketidx.spark.stats import index_stats
-    spark = get_session(master=a.master, conf=QUIET_SPARK, log_level="ERROR")
-    stats = index_stats(spark, a.index, a.commitlog, hash_slot_num=a.hash_slots, index_num=a.index_num,
-                        bucket_ms=a.bucket, top=a.top, targets=targets, check_crc=not a.no_crc)
+    engine = stats_engine(a)
+    kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, bucket_ms=a.bucket, top=a.top, targets=targets,
+              check_crc=not a.no_crc)
+    if engine.spark:
+        from rocketidx.spark.session import get_session
+        from rocketidx.spark.stats import index_stats
+        spark = get_session(master=a.master, conf=QUIET_SPARK, log_level="ERROR")
+        stats = index_stats(spark, a.index, a.commitlog, **kw)
+    else:
+        from rocketidx.stats_local import index_stats_local
+        stats = index_stats_local(a.index, a.commitlog, **kw)
     tables = stats.to_pandas()
     summary = stats.summary()
     stats.unpersist()
     if a.json:
-        print(json.dumps({"summary": summary, **{k: _records(v) for k, v in tables.items()}}, default=_plain))
+        print(json.dumps({"summary": summary, **{k: _records(v) for k, v in tables.items()},
+                          "engine": engine.as_dict()}, default=_plain))
     else:
         print_stats(summary, tables)
+        print(f"\nengine: {engine.name} ({engine.reason})")
     return 0
+
+
+def stats_engine(a):
+    """In process or on Spark, by the rule every command shares (:mod:`rocketidx.engine`)."""
+    from rocketidx.config import project_conf
+    from rocketidx.engine import choose_engine, data_bytes
+    from rocketidx.segments import list_segments
+    from rocketidx.spark.session import load_spark_settings
+    from rocketidx.stats_local import index_bytes
+    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), master=a.master)
+    work = index_bytes(a.index, a.hash_slots, a.index_num)
+    if a.commitlog:
+        work += data_bytes(list_segments(a.commitlog))
+    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=settings.break_even)
 
 
 def _plain(value):

@@ -26,7 +26,6 @@ import pyarrow as pa
 
 from rocketidx import stats as core
 from rocketidx.errors import StoreLayoutError
-from rocketidx.manifest import Manifest
 
 DEFAULT_PART_ENTRIES = 16 << 20  # key hashes per merge partition, as on Spark
 COMMITLOG_SPLIT_BYTES = 128 << 20

@@ -62,6 +62,7 @@ from rocketidx.indexfile import FileRef
 from rocketidx.manifest import Manifest
 from rocketidx.keys import slot_of
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
+from rocketidx.stats_local import StatsResults, commitlog_ranges
 from rocketidx.units import optional, parse_count, parse_duration_ms
 
 INDEX_SOURCE_NAME = "rocketmq-index"
@@ -395,16 +396,6 @@ def _commitlog_row(tbs: list[pa.Table], kts: list[pa.Table], parts: int) -> pa.R
                                       schema=COMMITLOG_ROWS)
 
 
-def commitlog_ranges(commitlog: str, lo: int, hi: int, split_bytes: int) -> list:
-    """The byte ranges (:class:`rocketidx.segments.SegmentRange`) where the records of offsets
-    ``[lo, hi]`` start."""
-    from rocketidx.segments import list_segments
-    from rocketidx.splits import SplitSpec, plan_splits
-    segments = list_segments(commitlog, from_offset=lo, to_offset=hi + 1)
-    return [r for r in plan_splits(segments, SplitSpec(split_bytes=split_bytes))
-            if r.segment.base_offset + r.end > lo and r.segment.base_offset + r.start <= hi]
-
-
 def merge_group_partition(table: pa.Table, *, wanted: frozenset, examples: int) -> pa.Table:
     """``applyInArrow``: one hash partition's key blobs -> its :data:`GROUP_MERGE_ROWS` row."""
     task_setup()
@@ -422,7 +413,7 @@ def _small(df):
     return df.coalesce(1)
 
 
-class IndexStats:
+class IndexStats(StatsResults):
     """Statistics of one index (see the module docstring). Build it with :func:`index_stats`.
 
     The file scan and the key merge run (and are cached) when the object is made, so a bad file fails
@@ -593,87 +584,10 @@ class IndexStats:
         return _small(self._groups.where("distinct_keys >= 2")).sortWithinPartitions(
             F.desc("distinct_keys"), F.desc("entries"), "key_hash")
 
-    # -- small results --------------------------------------------------------------------------
+    # -- small results (sizing, summary, to_pandas: StatsResults) ---------------------------------
 
-    def sizing_rows(self) -> list[dict]:
-        """The ``sizing`` table (:func:`rocketidx.stats.sizing_advice` of the observed windows)."""
-        f = self._pandas("files")
-        f = f[f["entries"] > 0]
-        if len(f) == 0:
-            return []
-        window_ms = (self.manifest.window_ms if self.manifest is not None else None) or 0
-        S, I = int(f["hash_slot_num"].iloc[0]), int(f["index_num"].iloc[0])
-        # A bare directory or a one-window build is one sequence of files, as a broker writes them.
-        windowed = window_ms > 0 and f["window_id"].notna().all()
-        if windowed:
-            per_window = f.groupby("window_id")["entries"].sum().to_numpy()
-            span = (int(f["window_id"].max()) - int(f["window_id"].min()) + 1) * window_ms
-        else:
-            per_window = np.array([f["entries"].sum()])
-            span = int(f["end_timestamp"].max()) - int(f["begin_timestamp"].min())
-        fullest = f.loc[f["entries"].idxmax()]
-        observed = {"mean_chain": round(float(fullest["mean_chain"]), 3),
-                    "files_per_day": round(len(f) * core.MS_PER_DAY / max(span, 60_000), 2)}
-        return core.sizing_advice(per_window, span, windowed, f["entries"].sum() / f["distinct_hashes"].sum(),
-                                  (S, I), self.targets, observed)
-
-    def summary(self) -> dict:
-        """Totals for a terminal or a script: one small dict of plain numbers."""
-        files = self._pandas("files")
-        coll = self._pandas("collisions")
-        entries = int(files["entries"].sum())
-        used = int(files["used_slots"].sum())
-        chains = self._pandas("chains")
-        total_slots = chains.groupby("chain_length")["slots"].sum()
-        p50, p90, p99 = core.histogram_percentiles(total_slots.index.to_numpy(), total_slots.to_numpy())
-        out = {
-            "index": self.index_dir, "files": len(files), "entries": entries,
-            "windows": int(files["window_id"].nunique()) if files["window_id"].notna().any() else None,
-            "hash_slot_num": int(files["hash_slot_num"].iloc[0]) if len(files) else None,
-            "index_num": int(files["index_num"].iloc[0]) if len(files) else None,
-            "bucket_ms": self.bucket_ms,
-            "begin_timestamp": int(files.loc[files["entries"] > 0, "begin_timestamp"].min()) if entries else None,
-            "end_timestamp": int(files["end_timestamp"].max()) if entries else None,
-            "messages": int(files["messages"].sum()),
-            "mean_fill_ratio": float(files["fill_ratio"].mean()) if len(files) else 0.0,
-            "used_slots": used, "mean_chain": entries / used if used else 0.0,
-            "p50_chain": p50, "p90_chain": p90, "p99_chain": p99,
-            "max_chain": int(files["max_chain"].max()) if len(files) else 0,
-            "distinct_key_hashes": int(coll["key_hashes"].sum()),
-            "key_hashes_with_repeats": int(coll.loc[coll["entries_per_hash"] >= 2, "key_hashes"].sum()),
-            "disk_bytes": int(files["disk_bytes"].sum()), "apparent_bytes": int(files["apparent_bytes"].sum()),
-        }
-        if self.commitlog is not None:
-            t = self._group_rows.select(*[c for c in GROUP_MERGE_ROWS.names if c not in ("part", "groups")]).toPandas()
-            shipped_hashes, shipped_keys = int(t["hashes"].sum()), int(t["keys"].sum())
-            # A hash that did not pass the filter is held once in the index: one key, one entry.
-            keys = shipped_keys + (out["distinct_key_hashes"] - shipped_hashes)
-            out.update({
-                "distinct_keys": keys,
-                "colliding_key_hashes": int(t["colliding_hashes"].sum()),
-                "colliding_keys": int(t["colliding_keys"].sum()),
-                "colliding_entries": int(t["colliding_entries"].sum()),
-                "share_of_keys_needing_filtering": int(t["colliding_keys"].sum()) / keys if keys else 0.0,
-                "share_of_entries_needing_filtering": int(t["colliding_entries"].sum()) / entries if entries else 0.0,
-            })
-        return out
-
-    NAMES = ("files", "chains", "longest_chains", "slot_bins", "buckets", "collisions", "hot_keys", "sizing")
-    COMMITLOG_NAMES = ("topics", "topic_buckets", "true_collisions")
-
-    def names(self) -> tuple[str, ...]:
-        return self.NAMES + (self.COMMITLOG_NAMES if self.commitlog is not None else ())
-
-    def to_pandas(self, *names: str) -> dict:
-        """The named results as pandas DataFrames (all of them by default); every one is small."""
-        out = {}
-        for name in names or self.names():
-            if name == "sizing":
-                import pandas as pd
-                out[name] = pd.DataFrame(self.sizing_rows())
-            else:
-                out[name] = self._pandas(name).copy()
-        return out
+    def _group_totals(self):
+        return self._group_rows.select(*[c for c in GROUP_MERGE_ROWS.names if c not in ("part", "groups")]).toPandas()
 
     def _pandas(self, name: str):
         """A named DataFrame as pandas, collected once (the results are cached, so they cannot change)."""

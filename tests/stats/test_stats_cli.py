@@ -45,10 +45,10 @@ def test_json_and_tables(spark, small_store, capsys):
     assert (s["files"], s["entries"], s["bucket_ms"]) == (len(manifest["files"]), manifest["entries"], 600_000)
     assert s["messages"] == manifest["messages_indexed"]
     assert set(doc) == {"summary", "files", "chains", "longest_chains", "slot_bins", "buckets", "collisions",
-                        "hot_keys", "sizing"}  # the CommitLog tables come with --commitlog (see test_spark_stats)
+                        "hot_keys", "sizing", "engine"}  # the CommitLog tables come with --commitlog (see test_spark_stats)
     assert len(doc["hot_keys"]) == 3 and len(doc["longest_chains"]) == 3
     assert sum(r["entries"] for r in doc["files"]) == manifest["entries"]
-    tables = {k: pd.DataFrame(v) for k, v in doc.items() if k != "summary"}
+    tables = {k: pd.DataFrame(v) for k, v in doc.items() if k not in ("summary", "engine")}
     stats_cli.print_stats(s, tables)
     text = capsys.readouterr().out
     for heading in ("Files:", "Chain lengths", "Longest chains:", "Entries per key hash:", "Hot keys:", "Sizing:"):
