@@ -20,7 +20,7 @@ from rocketidx.errors import ConfigError
 IN_PROCESS, SPARK = "in-process", "spark"
 # Where a local[2] session's fixed cost is paid back on the reference machine (bench/bench_engine.py);
 # conf/spark.json carries the same figure, this is for an installed package without conf/.
-DEFAULT_BREAK_EVEN = 14 * 1024**3
+DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
 
 
 @dataclass(frozen=True)

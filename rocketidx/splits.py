@@ -525,7 +525,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
     if stop.kind == STOP_RANGE_END and first is not None and stop.segment_offset < seg.size:
         # The chain leads into a later split's bytes: judge that record here, because a later split
         # resynchronises on the first *valid* record and would silently step over an invalid one.
-        peeked = _peek(buf, seg, stop.segment_offset, spec.check_crc)
+        peeked = peek_stop(buf, seg, stop.segment_offset, spec.check_crc)
         if peeked is not None and peeked.kind != STOP_RANGE_END:
             stop = peeked
     return RangeInfo(rng.index, seg.path, seg.base_offset, seg.size, rng.start, rng.end, first,
@@ -533,7 +533,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
                      mismatch, _peak_rss_kb(), _cpu_ms() - cpu0)
 
 
-def _peek(buf, seg: Segment, at: int, check_crc: bool) -> ReadStop | None:
+def peek_stop(buf, seg: Segment, at: int, check_crc: bool) -> ReadStop | None:
     """The stop the record at ``at`` (a record start) makes, or None when it is a valid record."""
     gen = scan_records(buf, seg, at, at + 1, check_crc=check_crc, batch_records=1)
     while True:

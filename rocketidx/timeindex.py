@@ -300,7 +300,7 @@ def plan_slice(segments: list[Segment], directory: str | os.PathLike, from_ms: i
                check_crc: bool) -> tuple[SlicePlan | None, str]:
     """The pieces a read of store times ``[from_ms, to_ms)`` of these whole segments must scan, or
     (None, why not) when some segment has no usable index (the caller then reads everything)."""
-    from rocketidx.splits import RangeInfo, _peek
+    from rocketidx.splits import RangeInfo, peek_stop
     lo = -2**63 if from_ms is None else from_ms
     hi = 2**63 - 1 if to_ms is None else to_ms
     pieces: list[SegmentRange] = []
@@ -318,7 +318,7 @@ def plan_slice(segments: list[Segment], directory: str | os.PathLike, from_ms: i
         stop_kind, stop_reason, live = idx.stop_kind, idx.stop_reason, False
         if stop_kind in _FINAL:
             # Re-judge the stop on the bytes there now: the broker may have appended since.
-            peeked = _peek(open_segment(seg), seg, idx.stop_offset, check_crc) if idx.stop_offset < seg.size else None
+            peeked = peek_stop(open_segment(seg), seg, idx.stop_offset, check_crc) if idx.stop_offset < seg.size else None
             if peeked is None and idx.stop_offset < seg.size:
                 live = True
             elif peeked is not None:

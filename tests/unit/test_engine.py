@@ -14,7 +14,7 @@ from rocketidx import cli
 from rocketidx.config import BuildConfig
 from rocketidx.direct import build_index_range
 from rocketidx.entries import extract_entries
-from rocketidx.engine import IN_PROCESS, SPARK, choose_engine, data_bytes
+from rocketidx.engine import DEFAULT_BREAK_EVEN, IN_PROCESS, SPARK, choose_engine, data_bytes
 from rocketidx.errors import ConfigError
 from rocketidx.indexfile import IndexFile
 from rocketidx.segments import list_segments
@@ -48,7 +48,7 @@ def test_spark_submit_always_means_spark(monkeypatch):
 
 def test_the_break_even_is_a_documented_default_in_conf():
     settings = load_spark_settings(cli.__file__.replace("rocketidx/cli.py", "conf/spark.json"))
-    assert settings.break_even == 14 * 1024**3
+    assert settings.break_even == DEFAULT_BREAK_EVEN == int(8.5 * 1024**3)  # what make bench measured
 
 
 def test_data_bytes_counts_allocated_blocks_in_the_range(tmp_path):
