@@ -40,6 +40,7 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import IndexDir, IndexFile, open_index_dir
 from rocketidx.manifest import INDEX_DIR, Manifest, ManifestFile
+from rocketidx.output import fsync_dir as _fsync_dir
 from rocketidx.segments import list_segments
 from rocketidx.verify import VerifyReport, verify_index
 
@@ -91,6 +92,7 @@ def write_checkpoint_index_ts(store: Path, index_msg_ts: int) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, p)
+    _fsync_dir(store)
 
 
 @dataclass
@@ -295,6 +297,10 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
             journal["installed"].append(f.name)
             _write_journal(backup, journal)
+        # The moves must be on disk before the checkpoint names the new files (their data was synced
+        # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
+        _fsync_dir(backup)
+        _fsync_dir(index_dir)
         newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
         if new_files:
             write_checkpoint_index_ts(store, newest)

@@ -146,6 +146,9 @@ class WindowWriter:
         f = self.current
         assert f is not None
         self._flush(f)
+        # Durable before anyone can publish it: a commit point (a build's pointer swap, a backfill's
+        # checkpoint) must never name a file whose pages a power cut could still lose.
+        os.fdatasync(f.fd)
         os.close(f.fd)
         self.files.append(FileInfo(os.path.basename(f.path), self.window_id, self.window_id * self.window_ms,
                                    len(self.files), f.header, *f.created_with))
@@ -276,8 +279,13 @@ class WindowWriter:
         self.suspended = None
 
     def close(self) -> list[FileInfo]:
-        if self.suspended is not None:  # suspend() already wrote slots and header: only record the file
+        if self.suspended is not None:  # suspend() already wrote slots and header: sync and record the file
             path, header, created = self.suspended
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
             self.files.append(FileInfo(os.path.basename(path), self.window_id, self.window_id * self.window_ms,
                                        len(self.files), header, *created))
             self.suspended = None

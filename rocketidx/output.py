@@ -110,7 +110,8 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a directory's entries (renames, new files) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -152,8 +153,8 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
             shutil.rmtree(extra, ignore_errors=True)
     written = Manifest.build(manifest, rows)
     _write_atomic(staging / MANIFEST, written.to_json())
-    _fsync_dir(staging / INDEX_DIR)
-    _fsync_dir(staging)
+    fsync_dir(staging / INDEX_DIR)
+    fsync_dir(staging)
     previous = _current_version(out)
     if (out / SUCCESS).exists():
         (out / SUCCESS).unlink()
@@ -161,7 +162,7 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
     for link in (INDEX_DIR, MANIFEST):
         if not (out / link).is_symlink():
             _symlink_atomic(f"{CURRENT}/{link}", out / link)
-    _fsync_dir(out)
+    fsync_dir(out)
     _write_atomic(out / SUCCESS, "")
     if previous and previous != staging.name:
         shutil.rmtree(out / previous, ignore_errors=True)
