@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="places where the broker's clock steps back (default 0: store times only rise)")
     g.add_argument("--clock-back", type=duration_arg("--clock-back"), default=0,
                    help="how far the clock steps back at each place (e.g. 90m)")
+    g.add_argument("--replace", action="store_true",
+                   help="overwrite the CommitLog of a directory gen did not write (default: refuse)")
 
     add_build_arguments(sub.add_parser(
         "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json"))
@@ -152,7 +154,7 @@ def cmd_gen(a) -> int:
                     keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
                     clock_steps=a.clock_steps, clock_back_ms=a.clock_back)
     t0 = time.monotonic()
-    info = generate_store(a.out, cfg)
+    info = generate_store(a.out, cfg, replace=a.replace)
     info["wall_s"] = round(time.monotonic() - t0, 2)
     print(json.dumps(info))
     return 0

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.errors import ConfigError
+from rocketidx.errors import ConfigError, StoreLayoutError
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,46 @@ def _topics(cfg: GenConfig) -> list[bytes]:
     return [n.encode() for n in names]
 
 
-def generate_store(out: str | os.PathLike, cfg: GenConfig) -> dict:
-    """Write the store; returns a summary (segments, records, bytes, last offset)."""
+def foreign_files(out: str | os.PathLike) -> list[str]:
+    """What in ``out`` the generator did not write: anything but ``generator.json`` and ``commitlog/``
+    segments, and any segment at all when there is no ``generator.json`` (a broker's CommitLog)."""
+    root = Path(out)
+    if not root.exists():
+        return []
+    if not root.is_dir():
+        return [str(root)]
+    ours = (root / "generator.json").is_file()
+    found = []
+    for p in sorted(root.iterdir()):
+        if p.name == "generator.json" and p.is_file():
+            continue
+        if p.name == "commitlog" and p.is_dir():
+            found += [str(q) for q in sorted(p.iterdir()) if not (ours and q.is_file() and len(q.name) == 20
+                                                                 and q.name.isdigit())]
+            continue
+        found.append(str(p))
+    return found
+
+
+def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = False) -> dict:
+    """Write the store; returns a summary (segments, records, bytes, last offset).
+
+    A store the generator wrote before is rewritten; a directory holding anything else (a broker's
+    CommitLog, its index or checkpoint, any other file) is refused with a :class:`StoreLayoutError`
+    unless ``replace`` (and then only the CommitLog segments are replaced).
+    """
+    foreign = foreign_files(out)
+    if foreign and (not replace or not Path(out).is_dir()):
+        raise StoreLayoutError(foreign[0], f"{out} holds files the generator did not write ({len(foreign)}, "
+                                           "e.g. this one); gen writes a new store: choose an empty or new "
+                                           "directory" + ("" if not Path(out).is_dir() else
+                                                          ", or pass --replace to overwrite its CommitLog"))
     rng = np.random.default_rng(cfg.seed)
     commitlog = Path(out) / "commitlog"
     commitlog.mkdir(parents=True, exist_ok=True)
     for old in commitlog.iterdir():
-        old.unlink()
+        if old.is_file():
+            old.unlink()
     n = cfg.messages
     topics = _topics(cfg)
     retry_topic = ("%RETRY%" + "GID_" + "x" * 130).encode()  # > 127 bytes: needs magic v2

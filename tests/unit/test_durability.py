@@ -94,3 +94,28 @@ def test_a_backfill_syncs_what_it_installs_before_the_checkpoint(monkeypatch, tm
         assert calls.synced_before(final, installed + 1) and installed < checkpoint
     assert calls.first("sync", index_dir) < checkpoint
     assert calls.first("sync", str(store.resolve()), after=checkpoint) > checkpoint
+
+
+def test_gen_refuses_a_store_it_did_not_write(tmp_path, capsys):
+    """Issue 12, point 7: a mistyped --out must not turn the sample generator into a data-loss tool."""
+    from brokerstore import broker_store, snapshot
+
+    from rocketidx.cli import main
+    store, _ = broker_store(tmp_path, messages=2000)
+    before = snapshot(store)
+    args = ["gen", "--out", str(store), "--messages", "100", "--segment-bytes", "1m"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "did not write" in err and "--replace" in err
+    assert snapshot(store) == before  # not a byte changed
+    (store / "generator.json").unlink()
+    broker = tmp_path / "broker"
+    (broker / "commitlog").mkdir(parents=True)
+    shutil.copy(next((store / "commitlog").iterdir()), broker / "commitlog")
+    assert main(["gen", "--out", str(broker), "--messages", "100"]) == 2  # a bare CommitLog, no generator.json
+    assert main(["gen", "--out", str(tmp_path / "new"), "--messages", "100"]) == 0
+    assert main(["gen", "--out", str(tmp_path / "new"), "--messages", "200", "--seed", "2"]) == 0  # its own
+    (tmp_path / "afile").write_text("x")
+    assert main(["gen", "--out", str(tmp_path / "afile"), "--messages", "100"]) == 2
+    assert main(args + ["--replace"]) == 0
+    assert (store / "index").is_dir() and (store / "checkpoint").exists()  # only the CommitLog was replaced
