@@ -19,7 +19,7 @@ import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
-from rocketidx.errors import ConfigError
+from rocketidx.errors import ConfigError, CorruptRecordError
 from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.manifest import INDEX_DIR, MANIFEST_VERSION
@@ -146,6 +146,12 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
             output.discard(staging)
             raise
         summary.bytes_read = summary.bytes_scanned = reader.bytes_read
+        try:
+            refuse_invalid_log(segments, reader.stop.as_dict() if reader.stop else None,
+                               start_offset)
+        except BaseException:
+            output.discard(staging)
+            raise
         summary.stop = reader.stop.as_dict() if reader.stop else None
         summary.stops = [s.as_dict() for s in reader.stops]
         summary.below_end_phy_offset_skipped = windows.skipped_below_end
@@ -165,6 +171,31 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
             except OSError as e:
                 log.warning("could not keep the time index in %s: %s", tdir, e)
     return manifest, summary
+
+
+def refuse_invalid_log(segments: list[Segment], stop: dict | None, start_offset: int | None = None) -> None:
+    """A CommitLog whose very first record is invalid is not a log (random bytes, another file format):
+    building an empty index from it would hide that, so it is an error and nothing is committed. A
+    log that is merely empty (a zero tail from its first byte) builds an empty index."""
+    if not segments or stop is None or stop["kind"] != "corrupt":
+        return
+    first = segments[0].base_offset if start_offset is None else start_offset
+    if stop["phy_offset"] <= first:
+        raise CorruptRecordError(segments[0].path, stop["segment_offset"],
+                                 f"not one valid record: {stop['reason']}; nothing was built")
+
+
+def unread(segments: list[Segment], stop: dict | None) -> tuple[int, int]:
+    """(bytes, segments) of the log after a stop that ends reading early (an invalid record, or a zero
+    tail before the last segment), as the broker's recovery would drop them too; (0, 0) otherwise."""
+    if not stop or stop["kind"] not in ("corrupt", "end_of_data"):
+        return 0, 0
+    after = [s for s in segments if s.base_offset > stop["phy_offset"] - stop["segment_offset"]]
+    if stop["kind"] == "end_of_data" and not after:
+        return 0, 0  # the newest segment's zero tail: the normal end of a log
+    here = next((s for s in segments if s.name == stop["segment"]), None)
+    left = (here.size - stop["segment_offset"]) if here is not None and stop["kind"] == "corrupt" else 0
+    return left + sum(s.size for s in after), len(after)
 
 
 def manifest_header(config: BuildConfig, segments: list[Segment], summary: BuildSummary) -> dict:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from rocketidx import layout as L
-from rocketidx.errors import RocketIdxError
+from rocketidx.errors import RocketIdxError, StoreLayoutError
 from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
 
@@ -47,6 +47,8 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
     b.add_argument("--conf", default=conf, help="JSON settings file (see conf/defaults.json)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--strict", action="store_true",
+                   help="exit 1 when reading stopped early (an invalid record or a zero tail before the end)")
     _add_engine_arguments(b, "build", spark_conf, engine_flag)
     b.add_argument("--from-offset", type=count_arg("--from-offset"), default=None,
                    help="first CommitLog offset to index")
@@ -209,16 +211,28 @@ def run_build(a: argparse.Namespace) -> int:
         from rocketidx.build import build_index
         _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex)
     wall = time.monotonic() - t0
+    from rocketidx.build import unread
+    left_bytes, left_segments = unread(segments, summary.stop)
     if a.json:
         import resource
         rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
-                              driver_peak_rss_mb=rss_mb, spark=spark_stats)))
+                              driver_peak_rss_mb=rss_mb, spark=spark_stats, unread_bytes=left_bytes,
+                              unread_segments=left_segments)))
     else:
         print_summary(summary)
         print(f"engine: {engine.name} ({engine.reason})")
         if spark_stats:
             print_spark_figures(spark_stats, wall)
+    if left_bytes:
+        st = summary.stop
+        print(f"rocketidx build: warning: reading stopped early at {st['segment']} @ byte {st['segment_offset']} "
+              f"(offset {st['phy_offset']}): {st['reason']}; {left_bytes:,} bytes in {left_segments} later "
+              "segment(s) left unread, as the broker's recovery would" + ("" if a.strict else
+                                                                           " (--strict makes this exit 1)"),
+              file=sys.stderr)
+        if a.strict:
+            return 1
     return 0
 
 
@@ -285,12 +299,22 @@ def cmd_query(a) -> int:
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
+    clash = next((why for bad, why in (
+        (a.index and a.store, "--index and --store name two indexes: give one"),
+        (a.queries and (a.topic or a.key), "--topic/--key and --queries exclude each other"),
+        (not a.queries and not (a.topic and a.key), "give --topic T --key K, or --queries FILE"),
+        (a.max < 1, f"--max must be at least 1, got {a.max}")) if bad), None)
+    if clash:
+        print(f"rocketidx query: {clash}", file=sys.stderr)
+        return 2
     index = a.index or str(Path(a.store) / "index")
     commitlog = a.commitlog or (str(Path(a.store) / "commitlog") if a.store else None)
     if (a.show or a.exact) and commitlog is None:
         print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
         return 2
     files = open_index(index, a.hash_slots, a.index_num)
+    if not files:
+        raise StoreLayoutError(index, "no IndexFiles found")
     if a.queries:
         queries = []
         with open(a.queries) as f:

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from rocketidx import layout as L
-from rocketidx.build import BuildSummary, WindowSet, manifest_header
+from rocketidx.build import BuildSummary, WindowSet, manifest_header, refuse_invalid_log
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, RocketIdxError
 from rocketidx.indexfile import FileInfo, Header
@@ -369,6 +369,7 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
         log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
                     resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
                     resolved.stop["reason"])
+    refuse_invalid_log(segments, resolved.stop, filters.get("from_offset"))
     files, windows, skipped = validate(rows, resolved, config)
     sources = locate_files(output, staging, rows, files)
     summary.bytes_read = resolved.bytes_read

@@ -27,7 +27,7 @@ import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
-from rocketidx.errors import CorruptIndexError
+from rocketidx.errors import StoreLayoutError, CorruptIndexError
 from rocketidx.indexfile import IndexFile, open_index_dir, time_diffs
 from rocketidx.keys import slot_of
 from rocketidx.manifest import Manifest
@@ -533,10 +533,14 @@ def open_for_verify(index_dir, hash_slot_num: int | None, index_num: int | None,
     (wrong size) becomes a problem in ``report``, not an abort. Returns the files that opened and the
     directory's manifest (None for a bare directory)."""
     d = open_index_dir(index_dir, hash_slot_num, index_num)
+    if not d.paths and d.manifest is None:
+        raise StoreLayoutError(str(index_dir), "no IndexFiles found (nothing to verify)")
     files = []
     for path in d.paths:
         try:
             files.append(IndexFile(path, d.hash_slot_num, d.index_num, check=False))
         except CorruptIndexError as e:
             report.add(e.path, e.offset, "size", e.reason)
+        except FileNotFoundError:  # damage to the output, not a reason the check cannot run
+            report.add(path, 0, "missing-file", "the manifest lists this file but it is not there")
     return files, d.manifest

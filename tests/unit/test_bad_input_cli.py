@@ -1,0 +1,91 @@
+"""Issue 12: wrong input fails the right way, on the command line (points 5 and 9).
+
+Each case is what a new user tried: it must end with the documented exit code and one line on stderr
+naming the path, never a traceback, never a silent success."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from rocketidx.cli import main
+from rocketidx.generate import GenConfig, generate_store
+from rocketidx.messages import scan_records
+from rocketidx.segments import list_segments, open_segment
+from rocketidx import layout as L
+
+SIZES = ["--hash-slots", "101", "--index-num", "400", "--timezone", "UTC"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    generate_store(root / "store", GenConfig(messages=3000, segment_bytes=256 * 1024, span_ms=3_600_000, seed=4))
+    assert main(["build", "--commitlog", str(root / "store"), "--out", str(root / "out"), "--in-process"] + SIZES) == 0
+    return root
+
+
+def test_a_file_deleted_from_an_output_is_damage_verify_reports(built, tmp_path, capsys):
+    out = tmp_path / "out"
+    shutil.copytree(built / "out", out, symlinks=True)
+    victim = sorted((out / "index").iterdir())[1]
+    victim.unlink()
+    assert main(["verify", "--index", str(out), "--in-process"]) == 1
+    text = capsys.readouterr().out
+    assert victim.name in text and "missing-file" in text
+
+
+def test_an_empty_directory_is_not_a_clean_index(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    assert main(["verify", "--index", str(tmp_path / "empty")]) == 2
+    assert "no IndexFiles found" in capsys.readouterr().err
+    assert main(["query", "--index", str(tmp_path / "empty"), "--topic", "T", "--key", "k"]) == 2
+    assert "no IndexFiles found" in capsys.readouterr().err
+
+
+def test_random_bytes_are_not_a_commitlog_and_nothing_is_committed(tmp_path, capsys):
+    (tmp_path / "store" / "commitlog").mkdir(parents=True)
+    seg = tmp_path / "store" / "commitlog" / ("0" * 20)
+    seg.write_bytes(bytes(range(256)) * 4096)
+    assert main(["build", "--commitlog", str(tmp_path / "store"), "--out", str(tmp_path / "out"), "--in-process"]
+                + SIZES) == 2
+    err = capsys.readouterr().err
+    assert "not one valid record" in err and str(seg) in err and "@ byte 0" in err
+    assert not (tmp_path / "out" / "current").exists()
+
+
+def test_a_corrupt_segment_mid_log_is_said_on_stderr_and_strict_fails(built, tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(built / "store", store)
+    seg = list_segments(store / "commitlog")[2]
+    recs = next(scan_records(open_segment(seg), seg, 0, seg.size, check_crc=False))
+    with open(seg.path, "r+b") as f:
+        f.seek(int(recs[3, L.REC_BODY_POS]))
+        f.write(b"\xde\xad")
+    args = ["build", "--commitlog", str(store), "--out", str(tmp_path / "out"), "--in-process", "--json"] + SIZES
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["stop"]["kind"] == "corrupt" and summary["unread_segments"] == len(list_segments(store)) - 3
+    assert summary["unread_bytes"] > 0 and "reading stopped early" in captured.err and seg.name in captured.err
+    assert main(args + ["--strict"]) == 1
+    assert main(["build", "--commitlog", str(built / "store"), "--out", str(tmp_path / "ok"), "--in-process",
+                 "--strict"] + SIZES) == 0  # the newest segment's zero tail is the normal end
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--max", "0"], "--max must be at least 1"),
+    (["--max", "-5"], "--max must be at least 1"),
+    (["--queries", "q.jsonl"], "exclude each other"),
+    (["--store", "."], "--index and --store"),
+])
+def test_query_arguments_that_cannot_apply_are_rejected(built, capsys, args, says):
+    base = ["query", "--index", str(built / "out"), "--topic", "Topic0", "--key", "k"]
+    assert main(base + args) == 2
+    assert says in capsys.readouterr().err
+
+
+def test_gen_with_a_tiny_segment_is_a_clear_error(tmp_path, capsys):
+    assert main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", "--segment-bytes", "100"]) == 2
+    assert "segment_bytes" in capsys.readouterr().err
