@@ -49,7 +49,10 @@ CHECKPOINT_FIELD = "index_msg_timestamp_ms"
 
 @contextmanager
 def broker_lock(store: Path, create: bool = True):
-    """Hold ``STORE/lock`` (POSIX lock, as the broker takes it); fail at once if a broker holds it.
+    """Hold ``STORE/lock`` with both lock kinds; fail at once if another process holds either.
+
+    The broker takes a POSIX record lock (Java's ``FileChannel.tryLock``); tools and scripts often use
+    ``flock``. On Linux the two do not see each other, so both are taken.
 
     A store without a lock file has no running broker; ``create`` makes one so that a broker started
     meanwhile finds it held (a dry run creates nothing).
@@ -63,7 +66,13 @@ def broker_lock(store: Path, create: bool = True):
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
-            raise StoreLockedError(str(path), "locked: a broker is running on this store; stop it first") from e
+            raise StoreLockedError(str(path), "locked (POSIX lock): a broker is running on this store; stop it "
+                                              "first") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise StoreLockedError(str(path), "locked (flock): another process holds this store's lock; stop "
+                                              "it first") from e
         yield
     finally:
         os.close(fd)
@@ -174,7 +183,28 @@ def _index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) ->
             raise StoreLayoutError(path, f"file size {os.path.getsize(path)} does not fit hash slots "
                                          f"{d.hash_slot_num:,} and index num {d.index_num:,} ({size} bytes); pass "
                                          f"the broker's maxHashSlotNum and maxIndexNum as --hash-slots and --index-num")
+    _check_full_headers(d, size)
     return d
+
+
+def _check_full_headers(d: IndexDir, size: int) -> None:
+    """Sizes that fit the file length can still be wrong (one equation, two unknowns): a full file (its
+    last item slot holds an item) must say ``indexCount == indexNum`` in its header. A contradiction
+    stops the backfill before it judges every file damaged and replaces them all."""
+    item = L.INDEX_ITEM.itemsize
+    for path in d.paths:
+        with open(path, "rb") as f:
+            raw = f.read(L.INDEX_HEADER.itemsize)
+            f.seek(size - item)
+            last = f.read(item)
+        if len(raw) < L.INDEX_HEADER.itemsize or not any(last):
+            continue
+        count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
+        if count != d.index_num:
+            raise StoreLayoutError(path, f"a full file whose header says indexCount {count:,}, but the sizes in use "
+                                         f"say indexNum {d.index_num:,} (hash slots {d.hash_slot_num:,}, from the "
+                                         f"{d.index_num_from}); the sizes contradict the files: pass the broker's "
+                                         "maxHashSlotNum and maxIndexNum, or leave them out to read them off the files")
 
 
 def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,

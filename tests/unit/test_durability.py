@@ -119,3 +119,40 @@ def test_gen_refuses_a_store_it_did_not_write(tmp_path, capsys):
     assert main(["gen", "--out", str(tmp_path / "afile"), "--messages", "100"]) == 2
     assert main(args + ["--replace"]) == 0
     assert (store / "index").is_dir() and (store / "checkpoint").exists()  # only the CommitLog was replaced
+
+
+def test_backfill_sees_a_flock_as_well_as_a_posix_lock(tmp_path):
+    """Issue 12, point 6: both lock kinds on STORE/lock stop a backfill before anything moves."""
+    import fcntl
+
+    from brokerstore import broker_store, crash, snapshot
+
+    from rocketidx.errors import StoreLockedError
+    store, files = broker_store(tmp_path, messages=3000)
+    crash(store, files, keep=1, deleted=1)
+    before = snapshot(store)
+    fd = os.open(store / "lock", os.O_RDWR)  # another open file description: flock conflicts with it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(StoreLockedError, match="flock"):
+            run_backfill(store, log=lambda *a: None)
+    finally:
+        os.close(fd)
+    assert snapshot(store) == before
+    assert run_backfill(store, log=lambda *a: None).installed  # released: it runs
+
+
+def test_backfill_refuses_sizes_that_contradict_the_full_files(tmp_path, capsys):
+    """Issue 12, point 8: a store built with 1009 slots / 3000 items; --hash-slots 509 fits the file size
+    with index number 3,100, which would judge every file damaged and replace them all."""
+    from brokerstore import broker_store, crash, snapshot
+
+    from rocketidx.cli import main
+    store, files = broker_store(tmp_path, messages=6000)
+    crash(store, files, keep=2, deleted=1)
+    before = snapshot(store)
+    assert main(["backfill", "--store", str(store), "--in-process", "--hash-slots", "509"]) == 2
+    err = capsys.readouterr().err
+    assert "indexCount 3,000" in err and "contradict" in err and files[0]["name"] in err
+    assert snapshot(store) == before
+    assert main(["backfill", "--store", str(store), "--in-process"]) == 0  # sizes read off the files: fine
