@@ -26,7 +26,7 @@ import numpy as np
 from rocketidx import layout as L
 from rocketidx.errors import ConfigError, CorruptIndexError, StoreLayoutError
 from rocketidx.keys import key_hash_py, slot_of
-from rocketidx.manifest import INDEX_DIR, Manifest, ManifestFile
+from rocketidx.manifest import INDEX_DIR, MANIFEST, Manifest, ManifestFile
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
 CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
@@ -541,6 +541,17 @@ class IndexDir:
         return [IndexFile(p, self.hash_slot_num, self.index_num, check=check) for p in self.paths]
 
 
+def _pinned(p: Path) -> Path:
+    """A local build output's committed version directory (``OUT/current`` resolved once), so that its
+    manifest and its files come from one version even while a build swaps ``current``; any other
+    directory as it is."""
+    for root in (p, p.parent if p.name == INDEX_DIR else None):
+        # Only the layout a build leaves: a hand-placed _manifest.json (not a link) is read as it is.
+        if root is not None and (root / "current").is_symlink() and (root / MANIFEST).is_symlink():
+            return root / os.readlink(root / "current")
+    return p
+
+
 def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
                    *, missing_ok: bool = False) -> IndexDir:
     """The index under ``path``: a build output (with ``_manifest.json``), its ``index/`` directory, or a
@@ -559,6 +570,7 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
             raise StoreLayoutError(str(p), "not a directory")
         directory, names = p, []
     else:
+        p = _pinned(p)
         manifest = Manifest.read(p)
         if manifest is None and p.name == INDEX_DIR:
             manifest = Manifest.read(p.parent)

@@ -16,9 +16,22 @@ def open_index(path: str | os.PathLike, hash_slot_num: int | None = None, index_
                ) -> list[IndexFile]:
     """The index files under ``path``, oldest first, each checked (size and header).
 
-    Which files, and with which sizes: :func:`rocketidx.indexfile.open_index_dir`.
+    Which files, and with which sizes: :func:`rocketidx.indexfile.open_index_dir`, which pins a build
+    output's version once. Files once open stay readable whatever a build does next (the commit only
+    unlinks them); a version removed between the pinning and the opening (a build committed in that
+    instant) is pinned again, so the answer comes from the previous output or the new one, never both.
     """
-    return open_index_dir(path, hash_slot_num, index_num).open()
+    for attempt in range(READ_ATTEMPTS):
+        d = open_index_dir(path, hash_slot_num, index_num)
+        try:
+            return d.open()
+        except FileNotFoundError:
+            if d.manifest is None or attempt == READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+READ_ATTEMPTS = 5
 
 
 __all__ = ["open_index", "query_offsets", "query_offsets_exact", "read_messages_at"]
