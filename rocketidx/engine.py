@@ -13,6 +13,7 @@ machine (``bench/bench_engine.py``), and the default in ``conf/spark.json`` is t
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 from rocketidx.errors import ConfigError
@@ -48,6 +49,18 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+# Spark's master URL forms (SparkContext.createTaskScheduler and the cluster managers' own).
+_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|"
+                     r"yarn|(spark|k8s|mesos)://\S+)$")
+
+
+def check_master(master: str) -> None:
+    """Reject a master Spark would only reject after starting a JVM, with a 40-line trace."""
+    if not _MASTER.match(master):
+        raise ConfigError("--master", master, "not a Spark master: local, local[N], local[*], "
+                                              "local-cluster[N,C,MB], yarn, spark://HOST:PORT, k8s://URL")
+
+
 def choose_engine(work_bytes: int, *, in_process: bool = False, master: str | None = None,
                   break_even: int = DEFAULT_BREAK_EVEN, spark_only: str | None = None,
                   in_process_only: str | None = None) -> Engine:
@@ -63,6 +76,7 @@ def choose_engine(work_bytes: int, *, in_process: bool = False, master: str | No
             raise ConfigError("--in-process", True, "this process was started by spark-submit: it runs on Spark")
         return Engine(SPARK, "started by spark-submit")
     if master:
+        check_master(master)
         if in_process_only:
             raise ConfigError("--master", master, in_process_only)
         return Engine(SPARK, f"--master {master}")

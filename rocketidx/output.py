@@ -65,6 +65,8 @@ TASKS_DIR = "_tasks"  # task attempts' scratch directories under a staging versi
 def output_lock(out: str | os.PathLike):
     """Hold ``OUT/.lock`` exclusively for the build; a second build fails at once with a clear error."""
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise StoreLayoutError(str(out), "exists and is not a directory: --out names the output directory")
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:

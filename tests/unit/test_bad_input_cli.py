@@ -89,3 +89,27 @@ def test_query_arguments_that_cannot_apply_are_rejected(built, capsys, args, say
 def test_gen_with_a_tiny_segment_is_a_clear_error(tmp_path, capsys):
     assert main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", "--segment-bytes", "100"]) == 2
     assert "segment_bytes" in capsys.readouterr().err
+
+
+def test_a_bogus_master_and_an_out_that_is_a_file_are_one_line_errors(built, tmp_path, capsys):
+    base = ["build", "--commitlog", str(built / "store")] + SIZES
+    assert main(base + ["--out", str(tmp_path / "o"), "--master", "bogus://x"]) == 2  # before any JVM starts
+    err = capsys.readouterr().err
+    assert "not a Spark master" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "afile").write_text("x")
+    assert main(base + ["--out", str(tmp_path / "afile"), "--in-process"]) == 2
+    err = capsys.readouterr().err
+    assert "is not a directory" in err and str(tmp_path / "afile") in err
+
+
+def test_verify_of_segments_swapped_out_of_order_reports_not_crashes(built, tmp_path, capsys):
+    """Point 2: two segments' contents swapped (names no longer match their bytes)."""
+    store = tmp_path / "store"
+    shutil.copytree(built / "store", store)
+    a, b = [s.path for s in list_segments(store / "commitlog")[:2]]
+    shutil.move(a, a + ".x")
+    shutil.move(b, a)
+    shutil.move(a + ".x", b)
+    code = main(["verify", "--index", str(built / "out"), "--commitlog", str(store), "--in-process"])
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err and "problem" in captured.out.lower()
