@@ -27,7 +27,8 @@ from rocketidx.output import LocalOutput
 from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
 from rocketidx.splits import CommitLogReader
-from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, save_collected
+from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
+from rocketidx.timeindex import keep as keep_time_index
 from rocketidx.windows import assign_windows
 
 log = logging.getLogger(__name__)
@@ -165,11 +166,7 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
         except BaseException:
             output.discard(staging)
             raise
-        if blocks is not None:
-            try:
-                save_collected(tdir, segments, blocks, summary.stops, config.check_crc)
-            except OSError as e:
-                log.warning("could not keep the time index in %s: %s", tdir, e)
+        keep_time_index(tdir, segments, blocks, summary.stops, config.check_crc)
     return manifest, summary
 
 

@@ -39,7 +39,7 @@ from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
 from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles
 from rocketidx.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, read_split, resolve_stops
-from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, plan_slice, save_collected
+from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, keep, plan_slice
 from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
 from rocketidx.windows import assign_windows
 
@@ -346,15 +346,12 @@ def collect_blocks(tdir: str | None, segments, spec: SplitSpec, plan: DirectPlan
 
 def keep_time_index(tdir: str | None, segments, rows: list[dict], block_bytes: int, summary: BuildSummary,
                     check_crc: bool) -> None:
-    """Write the time index the tasks' rows describe (a failure to keep it never fails the build)."""
+    """Write the time index the tasks' rows describe (:func:`rocketidx.timeindex.keep`)."""
     if not tdir or not block_bytes:
         return
     collector = BlockCollector(block_bytes)
     collector.absorb(rows)
-    try:
-        save_collected(tdir, segments, collector, summary.stops, check_crc)
-    except OSError as e:
-        log.warning("could not keep the time index in %s: %s", tdir, e)
+    keep(tdir, segments, collector, summary.stops, check_crc)
 
 
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], resolved: ResolvedStops,

@@ -234,11 +234,26 @@ def save_collected(directory: str | os.PathLike, segments: list[Segment], collec
         buf = open_segment(seg)
         idx = SegmentTimeIndex.from_blocks(seg, buf, collector.merged(seg.base_offset), collector.block_bytes,
                                            check_crc, stop, collector.mismatch.get(seg.base_offset))
-        old = load(directory, seg) if index_path(directory, seg).exists() else None
+        try:
+            old = load(directory, seg)
+        except TimeIndexError:
+            old = None  # damaged: the fresh one replaces it
         if old is None or not old.same(idx):
             save(directory, idx)
             written += 1
     return written
+
+
+def keep(directory: str | os.PathLike | None, segments: list[Segment], collector: BlockCollector | None,
+         stops: list[dict], check_crc: bool) -> None:
+    """A build's end: :func:`save_collected`, where a failure to keep the index is a warning, never the
+    build's failure (the index only ever speeds a later read up)."""
+    if not directory or collector is None:
+        return
+    try:
+        save_collected(directory, segments, collector, stops, check_crc)
+    except OSError as e:
+        log.warning("could not keep the time index in %s: %s", directory, e)
 
 
 def scan_segments(segments: list[Segment], *, block_bytes: int = DEFAULT_BLOCK_BYTES, check_crc: bool = True,

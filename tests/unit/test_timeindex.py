@@ -207,3 +207,16 @@ def test_a_build_keeps_the_index_and_the_cli_slice_uses_it(plain, tmp_path, caps
     assert main(args + ["--from-time", str(START + HOUR), "--time-index", "none", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["time_index"] is None and s["bytes_scanned"] == s["bytes_read"]
+
+
+def test_a_whole_build_over_a_damaged_index_file_rewrites_it(plain, tmp_path):
+    out = tmp_path / "out"
+    build_index(plain, out, CONFIG)
+    seg = list_segments(plain / "commitlog")[0]
+    tix = out / DIR_NAME / (seg.name + ".tix")
+    tix.write_bytes(b"garbage")
+    build_index(plain, out, CONFIG)  # the index is kept on the side: its damage never fails a build
+    assert load(out / DIR_NAME, seg).stop_offset > 0
+    tix.write_bytes(b"garbage")
+    build_index_range(plain, out, CONFIG, from_offset=seg.base_offset)  # the direct plan's path too
+    assert load(out / DIR_NAME, seg).stop_offset > 0
