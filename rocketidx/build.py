@@ -50,6 +50,7 @@ class BuildSummary:
     wall_s: float = 0.0
     bytes_scanned: int = 0  # bytes the reader went through (less than bytes_read when a time index skipped some)
     time_index: str | None = None  # how a time slice used the time index, when it was asked to
+    phy_mismatch: dict | None = None  # first record whose PHYSICALOFFSET is not its position: segment, offset
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -131,6 +132,8 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
                                      on_records=blocks.add if blocks else None)
             for seg, buf, recs, entries in reader.entry_chunks():
                 summary.messages += len(recs)
+                if summary.phy_mismatch is None:
+                    summary.phy_mismatch = first_misplaced(seg, recs)
                 summary.rollback_skipped += rollback_count(recs)
                 entries = drop_first_entries(entries, start_offset, skip_entries)
                 phy = entries.column("phy_offset").to_numpy()
@@ -214,4 +217,13 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "windows": summary.windows,
         "bytes_read": summary.bytes_read,
         "stop": summary.stop,
-    }
+    } | ({"phy_mismatch": summary.phy_mismatch} if summary.phy_mismatch else {})
+
+
+def first_misplaced(seg: Segment, recs: np.ndarray) -> dict | None:
+    """The first record of ``recs`` whose PHYSICALOFFSET field is not its position, as the manifest
+    names it (the broker's recovery reads such a record, and ``verify`` must know to judge it whole)."""
+    bad = recs[:, L.REC_PHY] != recs[:, L.REC_POS] + seg.base_offset
+    if not bad.any():
+        return None
+    return {"segment": seg.name, "segment_offset": int(recs[int(np.argmax(bad)), L.REC_POS])}

@@ -42,7 +42,8 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
     b.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
     b.add_argument("--window", type=duration_arg("--window"), default=None,
-                   help="window length (default 1h; 0 = one)")
+                   help="window length: 1h, 15m, 90s, 250ms, or a bare number of milliseconds "
+                        "(default 1h; 0 = one window)")
     b.add_argument("--timezone", default=None, help="zone of file names (default: this host's, as the broker)")
     b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
     b.add_argument("--conf", default=conf, help="JSON settings file (see conf/defaults.json)")
@@ -69,7 +70,8 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
     bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     bf.add_argument("--window", type=duration_arg("--window"), default=0,
-                    help="window length of the new files (default 0: one sequence, as the broker writes)")
+                    help="window length of the new files, as build's --window (a bare number is "
+                         "milliseconds; default 0: one sequence, as the broker writes)")
     bf.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
                     help="default: read off the existing files, else the broker's 5000000")
     bf.add_argument("--index-num", type=count_arg("--index-num"), default=None,
@@ -453,7 +455,7 @@ def _demo_on_spark(a, store, out, config, core) -> None:
 
 
 def cmd_verify(a) -> int:
-    from rocketidx.verify import VerifyReport, open_for_verify, verify_index
+    from rocketidx.verify import BuildRead, VerifyReport, open_for_verify, verify_index
     pre = VerifyReport()
     files, manifest = open_for_verify(a.index, a.hash_slots, a.index_num, pre)
     windows = manifest.window_ms if manifest else None
@@ -465,13 +467,15 @@ def cmd_verify(a) -> int:
         if a.spark:
             print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
         return 2
-    engine = _verify_engine(a, files)
+    rules = BuildRead.of(manifest)
+    engine = _verify_engine(a, files, rules)
     if not a.json:
         print(f"engine: {engine.name} ({engine.reason})")
     if engine.spark:
-        report = _verify_on_spark(a, files, windows, window_ids)
+        report = _verify_on_spark(a, files, windows, window_ids, rules)
     else:
-        report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc)
+        report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc,
+                              rules=rules)
     report.problems[:0] = pre.problems
     report.counts.update(pre.counts)
     if a.json:
@@ -481,18 +485,20 @@ def cmd_verify(a) -> int:
     return 0 if report.clean else 1
 
 
-def _verify_engine(a, files):
+def _verify_engine(a, files, rules):
     from rocketidx.engine import choose_engine, data_bytes
     from rocketidx.segments import list_segments
     import os
     work = sum(min(os.stat(f.path).st_blocks * 512, os.stat(f.path).st_size) for f in files)
     if a.commitlog:
         work += data_bytes(list_segments(a.commitlog))
+    out_of_place = ("the build saw PHYSICALOFFSET fields that are not their records' positions: judged in one "
+                    "in-process pass") if rules.fields_out_of_place and a.commitlog and not a.spark else None
     return choose_engine(work, in_process=a.in_process, master=a.master, break_even=_spark_settings(a).break_even,
-                         spark_only="--spark" if a.spark else None)
+                         spark_only="--spark" if a.spark else None, in_process_only=out_of_place)
 
 
-def _verify_on_spark(a, files, windows, window_ids):
+def _verify_on_spark(a, files, windows, window_ids, rules):
     from rocketidx.config import project_conf
     from rocketidx.spark.session import load_spark_settings, spark_session
     from rocketidx.spark.verify import verify_index_spark
@@ -500,7 +506,7 @@ def _verify_on_spark(a, files, windows, window_ids):
                                    master=a.master)
     with spark_session(settings) as spark:
         return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
-                                  check_crc=not a.no_crc, split_bytes=settings.split_bytes)
+                                  check_crc=not a.no_crc, split_bytes=settings.split_bytes, rules=rules)
 
 
 def print_verify(r) -> None:

@@ -379,6 +379,9 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     summary.files = len(files)
     summary.stop = resolved.stop
     summary.stops = list(resolved.stops)
+    if resolved.phy_mismatch:
+        path, offset = resolved.phy_mismatch[0]
+        summary.phy_mismatch = {"segment": str(path).rstrip("/").rsplit("/", 1)[-1], "segment_offset": offset}
     # What the readers went through: each counted range from its start to where it stopped or ended
     # (ranges tile the log, so a whole read scans bytes_read; a time index's slice, less).
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]

@@ -17,6 +17,7 @@ directory is complete only once the writer has closed it, and callers stage that
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -101,6 +102,14 @@ class _OpenFile:
     created_with: tuple[int, int]
 
 
+def at_or_above_end(phy: np.ndarray, end_phy_offset: int) -> np.ndarray:
+    """Mask of the entries ``buildIndex`` puts, of one window's entries in CommitLog order: it skips a
+    message whose phyOffset is below the current file's endPhyOffset (``end_phy_offset`` before the
+    first; a rolled file inherits the full file's end), so the bound is the running maximum."""
+    running = np.maximum.accumulate(np.concatenate(([end_phy_offset], phy)))[:-1]
+    return phy >= running
+
+
 class WindowWriter:
     """Writes one window's entries into its sequence of IndexFiles in ``directory``.
 
@@ -183,10 +192,7 @@ class WindowWriter:
         ts = np.asarray(store_timestamp_ms, np.int64)
         if len(phy) == 0:
             return
-        # buildIndex skips a message below the current file's endPhyOffset; rolled files inherit the
-        # full file's end, so the bound is the running maximum over the window.
-        running = np.maximum.accumulate(np.concatenate(([self.end_phy_offset], phy)))[:-1]
-        keep = phy >= running
+        keep = at_or_above_end(phy, self.end_phy_offset)
         if not keep.all():
             self.skipped_below_end += int((~keep).sum())
             phy, kh, ts = phy[keep], kh[keep], ts[keep]
@@ -479,14 +485,17 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
     A file's size is ``40 + 4*slots + 20*indexNum``: one equation, two unknowns. With one of them given,
     the size gives the other. Else a full file pins indexNum: items past indexCount are zero, so a file
     whose last 20 bytes hold an item is full and its indexCount is indexNum (every file but the newest
-    of a broker's sequence is full). Files of different sizes, or no full file, tell nothing; the
-    caller falls back to the broker defaults and checks that they fit.
+    of a broker's sequence is full). Files of different sizes speak by the size most of them share (a
+    truncated or foreign file among them is then the odd one, which the caller reports, rather than
+    every healthy file); a tie, or no full file, tells nothing: the caller falls back to the broker
+    defaults and checks that they fit.
     """
     hs, n = hash_slot_num, index_num
-    sizes = {os.path.getsize(p) for p in paths}
-    if len(sizes) != 1 or (hs is not None and n is not None):
+    counted = Counter(os.path.getsize(p) for p in paths).most_common(2)
+    if not counted or (len(counted) == 2 and counted[0][1] == counted[1][1]) or (hs is not None and n is not None):
         return hs, n
-    size = sizes.pop()
+    size = counted[0][0]
+    paths = [p for p in paths if os.path.getsize(p) == size]
     rest = size - L.INDEX_HEADER.itemsize
     slot, item = L.SLOT.itemsize, L.INDEX_ITEM.itemsize
     if rest < slot + 2 * item:  # not even a header, a slot, item 0 and one item: says nothing
@@ -567,7 +576,7 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
     manifest = None
     if not p.is_dir():
         if not missing_ok:
-            raise StoreLayoutError(str(p), "not a directory")
+            raise StoreLayoutError(str(p), "not a directory" if p.exists() else "no such directory")
         directory, names = p, []
     else:
         p = _pinned(p)
@@ -578,6 +587,9 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
         if manifest is not None:
             directory, names = p / INDEX_DIR, manifest.names
         else:
+            if not (p / INDEX_DIR).is_dir() and (p / "commitlog").is_dir() and not missing_ok:
+                raise StoreLayoutError(str(p), "a store with a commitlog/ but no index/ directory: nothing is "
+                                               "indexed here yet (rocketidx build or backfill makes one)")
             directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
             names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
     if manifest is not None:

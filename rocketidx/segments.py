@@ -11,6 +11,7 @@ directories are listed by one rule; only how the entries are read differs.
 from __future__ import annotations
 
 import os
+from collections import Counter
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,18 +107,19 @@ def list_segments(path: str | os.PathLike, *, from_offset: int | None = None,
         segments.append(Segment(entry.path, int(entry.name), entry.size))
     if not segments:
         raise StoreLayoutError(where, "no CommitLog segments found")
-    size = segments[0].size
+    # The segment size is the step between names (what the broker allocates each file), so a truncated
+    # or overgrown segment is the one blamed, not its neighbour (when all agree, a missing one is a gap).
+    sizes = {seg.size for seg in segments}
+    steps = Counter(b.base_offset - a.base_offset for a, b in zip(segments, segments[1:]))
+    size = sizes.pop() if len(sizes) == 1 else steps.most_common(1)[0][0]
+    for seg in segments:
+        if seg.size != size:
+            raise StoreLayoutError(seg.path, f"segment size {seg.size} differs from the {size} between segment "
+                                             "names; every segment has the same size (truncated or copied in part?)")
     for prev, seg in zip(segments, segments[1:]):
-        if prev.size != size:
-            raise StoreLayoutError(prev.path, f"segment size {prev.size} differs from the first "
-                                              f"segment's {size}; every segment has the same size")
         if seg.base_offset != prev.end_offset:
             raise StoreLayoutError(seg.path, f"gap in segment offsets: previous segment ends at "
                                              f"{prev.end_offset}, this one starts at {seg.base_offset}")
-    last = segments[-1]
-    if last.size != size:
-        raise StoreLayoutError(last.path, f"segment size {last.size} differs from the first "
-                                          f"segment's {size}; every segment has the same size")
     if size == 0:
         raise StoreLayoutError(segments[0].path, "empty segment")
     if from_offset is not None:

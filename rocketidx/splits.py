@@ -167,10 +167,11 @@ class CommitLogReader:
 
     def __init__(self, segments: list[Segment], *, check_crc: bool = True,
                  batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None,
-                 start_offset: int | None = None, on_records=None):
+                 start_offset: int | None = None, end_offset: int | None = None, on_records=None):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
         self.on_records = on_records  # see RangeReader
         self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
+        self.end_offset = end_offset  # absolute; only records starting before it are read
         self.native = native
         self.stop: ReadStop | None = None
         self.stops: list[ReadStop] = []
@@ -180,11 +181,14 @@ class CommitLogReader:
 
     def _chunks(self, entries: bool):
         for seg in self.segments:
+            if self.end_offset is not None and seg.base_offset >= self.end_offset:
+                return
             buf = open_segment(seg)
             start = 0
             if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
                 start = self.start_offset - seg.base_offset
-            reader = RangeReader(buf, SegmentRange(seg, start, seg.size), check_crc=self.check_crc,
+            end = seg.size if self.end_offset is None else min(seg.size, self.end_offset - seg.base_offset)
+            reader = RangeReader(buf, SegmentRange(seg, start, end), check_crc=self.check_crc,
                                  batch_records=self.batch_records, native=self.native, on_records=self.on_records)
             for item in (reader.entry_chunks() if entries else reader.record_chunks()):
                 recs = item[0] if entries else item

@@ -113,3 +113,56 @@ def test_verify_of_segments_swapped_out_of_order_reports_not_crashes(built, tmp_
     code = main(["verify", "--index", str(built / "out"), "--commitlog", str(store), "--in-process"])
     captured = capsys.readouterr()
     assert code == 1 and "Traceback" not in captured.err and "problem" in captured.out.lower()
+
+
+def test_a_truncated_first_segment_is_blamed_not_the_next(built, tmp_path, capsys):
+    store = tmp_path / "store"
+    shutil.copytree(built / "store", store)
+    first = list_segments(store / "commitlog")[0]
+    with open(first.path, "r+b") as f:
+        f.truncate(1000)
+    assert main(["build", "--commitlog", str(store), "--out", str(tmp_path / "out"), "--in-process"] + SIZES) == 2
+    err = capsys.readouterr().err
+    assert first.name in err and "segment size 1000" in err and "gap" not in err
+
+
+def test_one_truncated_file_in_a_bare_directory_is_the_only_one_flagged(built, tmp_path, capsys):
+    """The sizes come from the size most files share, so the healthy files stay healthy."""
+    bare = tmp_path / "bare"
+    shutil.copytree(built / "out" / "index", bare)
+    names = sorted(p.name for p in bare.iterdir())
+    assert len(names) >= 3
+    with open(bare / names[1], "r+b") as f:
+        f.truncate(3000)
+    assert main(["verify", "--index", str(bare), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out.splitlines()[-1])
+    flagged = {p["file"].rsplit("/", 1)[-1] for p in report["problems"]}
+    assert flagged == {names[1]} and report["counts"] == {"size": 1}
+    assert main(["query", "--index", str(bare), "--topic", "T", "--key", "k"]) == 2
+    err = capsys.readouterr().err
+    assert names[1] in err and "file size 3000" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_store_without_index_passed_as_an_index_says_so(built, capsys):
+    for cmd in (["verify", "--index"], ["query", "--topic", "T", "--key", "k", "--index"], ["stats", "--index"]):
+        assert main(cmd + [str(built / "store")]) == 2
+        err = capsys.readouterr().err
+        assert "no index/ directory" in err and "generator.json" not in err, err
+
+
+def test_a_missing_path_reads_the_same_in_every_command(tmp_path, capsys):
+    missing = str(tmp_path / "nope")
+    for cmd in (["verify", "--index", missing], ["query", "--topic", "T", "--key", "k", "--index", missing],
+                ["stats", "--index", missing], ["build", "--commitlog", missing, "--out", str(tmp_path / "o")]):
+        assert main(cmd) == 2
+        err = capsys.readouterr().err
+        assert f"{missing}: no such directory" in err and len(err.strip().splitlines()) == 1, (cmd, err)
+
+
+def test_a_bare_number_window_is_milliseconds_as_help_says(built, tmp_path, capsys):
+    assert main(["build", "--commitlog", str(built / "store"), "--out", str(tmp_path / "out"), "--in-process",
+                 "--window", "1800000", "--json"] + SIZES) == 0
+    assert json.loads(capsys.readouterr().out)["windows"] == 3  # one hour of messages in half hours
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    assert "bare number of milliseconds" in " ".join(capsys.readouterr().out.split())

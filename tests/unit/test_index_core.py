@@ -147,8 +147,11 @@ def test_a_bare_directory_lists_its_files_in_name_order_without_dot_files(tmp_pa
 def test_no_directory_is_a_typed_error_unless_missing_is_allowed(tmp_path):
     from rocketidx.errors import StoreLayoutError
     from rocketidx.indexfile import open_index_dir
-    with pytest.raises(StoreLayoutError, match="not a directory"):
+    with pytest.raises(StoreLayoutError, match="none: no such directory"):
         open_index_dir(tmp_path / "none")
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(StoreLayoutError, match="file: not a directory"):
+        open_index_dir(tmp_path / "file")
     d = open_index_dir(tmp_path / "none", 3, None, missing_ok=True)
     assert d.names == () and (d.hash_slot_num_from, d.index_num_from) == ("argument", "default")
 
