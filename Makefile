@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= sample
 
-.PHONY: setup run test test-fast bench refcheck clean
+.PHONY: setup run test test-fast bench faults refcheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench.py
+
+faults: $(STAMP)
+	$(BIN)/python bench/faults.py
 
 refcheck: $(STAMP)
 	$(BIN)/python ../shared/tools/refcheck.py

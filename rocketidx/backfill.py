@@ -288,6 +288,12 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if not store.is_dir():
         raise StoreLayoutError(str(store), "no such store directory")
     with broker_lock(store, create=not dry_run):
+        for backup, journal in interrupted(store):
+            if dry_run:
+                log(f"an interrupted backfill ({backup}) would be rolled back first")
+            else:
+                roll_back(store, backup, journal)
+                log(f"rolled back an interrupted backfill: {backup} (its files are back in index/)")
         plan = make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
                          check_crc=check_crc)
         log(plan.describe())
@@ -312,8 +318,9 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         _verify_staged(staging, new_files, plan, store, check_crc)
         backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
         backup.mkdir(parents=True)
-        journal = {"store": str(store), "started": time.time(), "moved_to_backup": [], "installed": [],
-                   "checkpoint_before": plan.checkpoint}
+        journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
+                   "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
+                   "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
         if (store / "checkpoint").exists():
             shutil.copy2(store / "checkpoint", backup / "checkpoint")
         _write_journal(backup, journal)
@@ -368,5 +375,52 @@ def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, sto
 
 def _write_journal(backup: Path, journal: dict) -> None:
     tmp = backup / "journal.json.tmp"
-    tmp.write_text(json.dumps(journal, indent=2) + "\n")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(journal, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, backup / "journal.json")
+
+
+def interrupted(store: Path) -> list[tuple[Path, dict]]:
+    """The backfills of ``store`` that were stopped (killed, a power cut) between their first move and
+    their journal's ``finished``, oldest first."""
+    root = store / "index.backup"
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        j = d / "journal.json"
+        if j.is_file():
+            journal = json.loads(j.read_text())
+            if "finished" not in journal and "rolled_back" not in journal and "replace" in journal:
+                found.append((d, journal))
+    return found
+
+
+def roll_back(store: Path, backup: Path, journal: dict) -> None:
+    """Undo an interrupted install: the journal names up front every file it was going to replace and
+    install, so a move done just before the kill (not yet journaled) is undone too. New files leave
+    ``index/`` (they are rebuilt), replaced ones come back from the backup, and the checkpoint is the one
+    from before; then the journal says ``rolled_back``. A broker that started in between saw at worst the
+    files it would have dropped anyway (those past its checkpoint) or damaged ones missing."""
+    index_dir = store / "index"
+    replaced = set(journal["replace"])
+    for name in journal["install"]:
+        here = index_dir / name
+        if here.exists() and (name not in replaced or (backup / name).exists()):
+            here.unlink()
+    for name in journal["replace"]:
+        if (backup / name).exists():
+            os.rename(backup / name, index_dir / name)
+    if (backup / "checkpoint").exists():
+        tmp = store / "checkpoint.rocketidx-tmp"
+        shutil.copyfile(backup / "checkpoint", tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, store / "checkpoint")
+    elif not journal["checkpoint_existed"]:
+        (store / "checkpoint").unlink(missing_ok=True)
+    _fsync_dir(index_dir)
+    _fsync_dir(backup)
+    _fsync_dir(store)
+    journal["rolled_back"] = time.time()
+    _write_journal(backup, journal)

@@ -362,7 +362,8 @@ def _host(addr, port) -> str:
 
 
 def print_messages(q: dict, table, *, as_json: bool) -> None:
-    from datetime import datetime, timezone
+    from functools import partial
+    from rocketidx.units import format_utc
     rows = table.to_pylist()
     if as_json:
         for r in rows:
@@ -374,7 +375,7 @@ def print_messages(q: dict, table, *, as_json: bool) -> None:
     print(f"{q['topic']}#{q['key']}: {len(rows)} message(s)")
     if not rows:
         return
-    iso = lambda ms: datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")  # noqa: E731
+    iso = partial(format_utc, iso=True)
     for r in rows:
         if r["topic"] is None:
             print("  (no valid message at this offset)")

@@ -20,10 +20,9 @@ import argparse
 import json
 import math
 import sys
-from datetime import datetime, timezone
 
 from rocketidx.errors import RocketIdxError
-from rocketidx.units import count_arg, duration_arg
+from rocketidx.units import count_arg, duration_arg, format_utc
 
 QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 
@@ -122,7 +121,7 @@ def _records(df) -> list[dict]:
 def _utc(ms) -> str:
     if ms is None or (isinstance(ms, float) and math.isnan(ms)):
         return "-"
-    return datetime.fromtimestamp(int(ms) / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return format_utc(ms)
 
 
 def _fmt(v, spec: str) -> str:

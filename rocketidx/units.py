@@ -141,3 +141,14 @@ def duration_arg(option: str, minimum: int = 0) -> Callable[[str], int]:
 
 def time_arg(option: str) -> Callable[[str], int]:
     return arg(parse_time_ms, option)
+
+
+def format_utc(ms: int, iso: bool = False) -> str:
+    """Epoch milliseconds as a UTC date-time (``iso``: ISO-8601 with milliseconds), or the bare number
+    when no calendar date holds it: store times come from bytes that may be damaged, and printing them
+    must not fail."""
+    try:
+        dt = datetime.fromtimestamp(int(ms) / 1000, timezone.utc)
+    except (ValueError, OverflowError, OSError):
+        return f"{int(ms)} ms (not a date)"
+    return dt.isoformat(timespec="milliseconds") if iso else dt.strftime("%Y-%m-%d %H:%M:%S")

@@ -194,13 +194,22 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     return {"kh": kh[1:], "phy": phy[1:], "td": td[1:]}
 
 
+PER_FILE_KINDS = ("not-a-message", "time-diff", "header-time", "window")  # content kinds listed file by file
+CROSS_FILE_KINDS = ("extra", "missing")  # then these, each over every file
+
+
+def listing_order(n_files: int) -> list[tuple[int, str]]:
+    """(file, kind) in the order a report lists content problems, both verifies."""
+    return ([(fi, k) for fi in range(n_files) for k in PER_FILE_KINDS]
+            + [(fi, k) for k in CROSS_FILE_KINDS for fi in range(n_files)])
+
+
 class _Sink:
     """Problems of the content pass, kept per (file, kind) as the chunks find them: the first
     ``MAX_LISTED_PER_KIND`` with their details, the offset of the next one, and the full count. Flushed
-    into the report at the end in the order of a one-shot check (per file: not-a-message, time-diff,
-    window; then every file's extras; then every file's missing entries)."""
+    into the report at the end in the order of a one-shot check (:func:`listing_order`)."""
 
-    ORDER = ("not-a-message", "time-diff", "window", "extra", "missing")
+    ORDER = PER_FILE_KINDS + CROSS_FILE_KINDS
 
     def __init__(self):
         self.kept: dict[tuple[int, str], list] = {}
@@ -230,9 +239,7 @@ class _Sink:
                                                   zip(found.a[sel][s].tolist(), found.b[sel][s].tolist())])
 
     def flush(self, report: VerifyReport, files: list[IndexFile]) -> None:
-        order = [(fi, k) for k in self.ORDER[:3] for fi in range(len(files))]
-        order = sorted(order, key=lambda x: (x[0], self.ORDER.index(x[1])))
-        order += [(fi, k) for k in self.ORDER[3:] for fi in range(len(files))]
+        order = listing_order(len(files))
         for fi, kind in order:
             entry = self.kept.get((fi, kind))
             if entry is None:
@@ -326,10 +333,15 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
         tuple(spans[fi][1] if fi in spans else -1 for fi in range(len(files))),  # missing entries' owners
-        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end)
+        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end,
+        tuple(f.header.end_timestamp for f in files), tuple(f.header.index_count - 1 for f in files))
     if not rules.fields_out_of_place:
         try:
             sink = _judge_streaming(files, spans, commitlog, params, rules, check_crc, report)
+            # A misplaced field the streaming read never met (it starts at the lowest item, which such a
+            # field can put past every real record) shows as problems: look for one before reporting them.
+            if sink.kept and _misplaced_field_in(commitlog, rules, check_crc):
+                sink = None
         except _FieldsOutOfPlace:
             sink = None
     if rules.fields_out_of_place or sink is None:
@@ -426,10 +438,22 @@ def _judge_streaming(files, spans, commitlog, params: ContentParams, rules: Buil
     return sink
 
 
+def _misplaced_field_in(commitlog, rules: BuildRead, check_crc: bool) -> bool:
+    """Whether a record the build read (from its start) has a PHYSICALOFFSET field that is not its
+    position; records only, stopping at the first."""
+    from rocketidx.segments import list_segments
+    from rocketidx.splits import CommitLogReader
+    segs = list_segments(commitlog, from_offset=rules.start_offset, to_offset=rules.to_offset)
+    reader = CommitLogReader(segs, check_crc=check_crc, start_offset=rules.start_offset, end_offset=rules.to_offset)
+    return any((recs[:, L.REC_PHY] != recs[:, L.REC_POS] + seg.base_offset).any()
+               for seg, _, recs in reader.record_chunks())
+
+
 def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead, check_crc: bool,
                 report: VerifyReport) -> _Sink:
     """The content pass for a log whose PHYSICALOFFSET fields are not all positions: read as the build
-    read (from its start, within its filters, to where reading stops), apply ``buildIndex``'s rules in
+    read (from its start, within its filters, to where reading stops; a bare directory's from the log's
+    first segment), apply ``buildIndex``'s rules in
     order (window, then the skip below each window's endPhyOffset: :func:`at_or_above_end`), hold the
     entries of ``[lo, hi]`` and judge every item against them at once."""
     from rocketidx.indexfile import at_or_above_end
@@ -437,7 +461,7 @@ def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead
     from rocketidx.splits import CommitLogReader
     from rocketidx.windows import assign_windows
     lo, hi = params.lo, params.hi
-    start = rules.start_offset if rules.start_offset is not None else lo
+    start = rules.start_offset  # a bare directory: the log's first record (a field may point anywhere)
     segs = list_segments(commitlog, from_offset=start, to_offset=rules.to_offset)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=start, end_offset=rules.to_offset)
     ends: dict[int, int] = {}  # window -> endPhyOffset of its current file
@@ -495,6 +519,8 @@ class ContentParams:
     hi: int
     open_start: bool
     open_end: bool
+    end_timestamps: tuple[int, ...] | None = None  # per file: the header's (None: not checked)
+    last_items: tuple[int, ...] | None = None  # per file: its last item's number (indexCount - 1)
 
 
 @dataclass(frozen=True)
@@ -545,6 +571,8 @@ def describe(kind: str, a: int, b: int, window_id: int | None = None) -> str:
         return f"phyOffset {a} is not the start of a valid message"
     if kind == "time-diff":
         return f"time diff {a} but the message's store time gives {b}"
+    if kind == "header-time":
+        return f"header timestamp {a} but its entry's message was stored at {b}"
     if kind == "window":
         return f"entry's store time is outside the file's window {window_id}"
     if kind == "extra":
@@ -572,6 +600,31 @@ def _counts_at(counted: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.n
         return np.zeros(len(keys), np.int64)
     pos = np.minimum(np.searchsorted(values, keys), len(values) - 1)
     return np.where(values[pos] == keys, counts[pos], 0)
+
+
+def _header_times(h: np.ndarray, ts: np.ndarray, items: ItemRows, entries: EntryRows, params: ContentParams
+                  ) -> list[Found]:
+    """A file's beginTimestamp and endTimestamp are its first and last entry's store times (``putKey``
+    sets them so): checked at those two items, when the stretch holds them (at most two per file, so
+    looked at one by one; an offset that messages of other store times share is right if any fits)."""
+    if params.end_timestamps is None or not len(h):
+        return []
+    last = np.asarray(params.last_items, np.int64)[items.file[h]]
+    at = np.flatnonzero((items.item[h] == L.FIRST_INDEX) | (items.item[h] == last))
+    rows = []
+    for j in at.tolist():
+        i, fi = h[j], int(items.file[h[j]])
+        for name, want, is_it in (("begin_timestamp_ms", params.begin_timestamps[fi], items.item[i] == L.FIRST_INDEX),
+                                  ("end_timestamp_ms", params.end_timestamps[fi], items.item[i] == last[j])):
+            if not is_it or int(ts[j]) == want:
+                continue
+            if want in entries.ts[entries.phy == items.phy[i]]:
+                continue  # a shared offset: another message there has this store time
+            rows.append((fi, L.INDEX_HEADER.fields[name][1], want, int(ts[j])))
+    if not rows:
+        return []
+    f, off, a, b = (np.array(c, np.int64) for c in zip(*rows))
+    return [Found.of("header-time", f, off, a, b)]
 
 
 def _clear_shared(recheck: np.ndarray, h: np.ndarray, items: ItemRows, entries: EntryRows, params: ContentParams,
@@ -638,6 +691,7 @@ def judge_content(items: ItemRows, entries: EntryRows, params: ContentParams,
         bad_td[s] = (items.item[h[s]] != L.FIRST_INDEX) & (exp_td[s] != items.td[h[s]])
         if params.window_ms and params.window_ids is not None:
             bad_window[s] = np.floor_divide(ts[s], params.window_ms) != params.window_ids[fi]
+    out.extend(_header_times(h, ts, items, entries, params))
     recheck = np.flatnonzero(bad_td | bad_window)
     if len(recheck):
         _clear_shared(recheck, h, items, entries, params, ts_ok=(bad_td, bad_window))

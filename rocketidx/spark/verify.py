@@ -69,7 +69,8 @@ from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register, resolve
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
 from rocketidx.splits import DEFAULT_SPLIT_BYTES
 from rocketidx.verify import (CANDIDATE, MAX_LISTED_PER_KIND, BuildRead, ContentParams, EntryRows, FileSummary, Found,
-                              ItemRows, Problem, VerifyReport, check_structure, describe, judge_content, verify_index)
+                              ItemRows, Problem, VerifyReport, check_structure, describe, judge_content, listing_order,
+                              verify_index)
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +336,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
         tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
-        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end)
+        window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end,
+        tuple(f.header.end_timestamp for f in files), tuple(f.header.index_count - 1 for f in files))
     ranges = max(1, hi // split_bytes - lo // split_bytes + 1)
     partitions = min(ranges, max(cores, int(spark.conf.get("spark.sql.shuffle.partitions"))))
     cached = []
@@ -404,14 +406,12 @@ def _check_structure(spark, files: list[IndexFile], refs: list[FileRef], items_p
 
 
 def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, totals: dict, firsts: list) -> None:
-    """The content problems into ``report`` in the core's order and wording: per file not-a-message,
-    time-diff, window; then extra, then missing, per file; at most MAX_LISTED_PER_KIND listed each."""
+    """The content problems into ``report`` in the core's order (:func:`listing_order`) and wording; at most
+    MAX_LISTED_PER_KIND listed each."""
     groups: dict[tuple[int, str], list] = {}
     for r in sorted(firsts, key=lambda r: r["rank"]):
         groups.setdefault((r["file"], r["kind"]), []).append(r.asDict())
-    order_of = [(i, k) for i in range(len(files)) for k in ("not-a-message", "time-diff", "window")]
-    order_of += [(i, "extra") for i in range(len(files))] + [(i, "missing") for i in range(len(files))]
-    for i, kind in order_of:
+    for i, kind in listing_order(len(files)):
         listed_rows = groups.get((i, kind), [])
         listed = _details(kind, listed_rows, window_ids[i] if window_ids is not None else None)
         next_offset = (listed_rows[MAX_LISTED_PER_KIND]["offset"]

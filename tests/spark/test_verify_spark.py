@@ -303,3 +303,10 @@ def test_time_slice_on_spark_expects_only_the_slice(spark, tmp_path):
     got = verify_both(spark, tmp_path / "out", tmp_path / "store", slots=None, items=None, window=True,
                       rules=BuildRead.of(manifest))
     assert got.clean and got.expected_entries == got.entries_checked > 0
+
+
+def test_header_times_one_millisecond_off(spark, damaged):
+    d, files, poke = damaged
+    raw = files[6].read_bytes()
+    path = poke(6, 8, ">q", struct.unpack_from(">q", raw, 8)[0] ^ 1)
+    assert kinds_at(verify_both(spark, d, G3 / "commitlog"), path) == {"header-time": [8]}

@@ -151,3 +151,69 @@ def test_copied_store_of_another_implementation(tmp_path):
     assert (store / "index" / r.installed[0]).read_bytes() == original
     files = open_index(store / "index", 32, 128)
     assert len(query_offsets(files, "V1UpgradeTopic", "v1-upgrade-key")) == 2
+
+
+class _Killed(BaseException):
+    """Stands for kill -9 at one step of the install (BaseException: nothing in the backfill catches it)."""
+
+
+@pytest.mark.parametrize("die_at", [0, 1, 2, 3, 4, 6, 9, 12, -4, -3, -2, -1])  # < 0: from the last step
+def test_a_backfill_stopped_at_any_step_of_its_install_is_rolled_back_by_the_next_run(tmp_path, monkeypatch,
+                                                                                       die_at):
+    """Issue 12 (kills during backfill): the install is a sequence of renames, journal writes and the
+    checkpoint; stopped after any ``die_at`` of them, no file is lost (each is in index/ or the backup,
+    byte for byte), and the next run rolls the install back, then ends exactly where an uninterrupted
+    backfill ends (same index/ bytes, same checkpoint)."""
+    import rocketidx.backfill as bf
+    store, files = broker_store(tmp_path, 12000)
+    crash(store, files, keep=5, deleted=2)
+    damaged = store / "index" / files[5]["name"]  # a damaged file too, so the install replaces a file
+    raw = bytearray(damaged.read_bytes())
+    raw[40 + 4 * SLOTS + 20 * 7 + 16:40 + 4 * SLOTS + 20 * 7 + 20] = (999).to_bytes(4, "big")
+    damaged.write_bytes(bytes(raw))
+    twin = tmp_path / "twin"
+    shutil.copytree(store, twin)
+    before = {p.name: p.read_bytes() for p in (store / "index").iterdir()}
+    real_rename, real_replace = os.rename, os.replace
+
+    def install_steps(where: Path, die: int | None) -> dict:
+        """Count (and at ``die``, stop at) every rename of the install: journal, moves, checkpoint."""
+        steps = {"n": 0}
+
+        def counted(real):
+            def step(a, b):
+                b = Path(b)
+                if "index.backup" in str(b) or b.parent == where / "index" or b == where / "checkpoint":
+                    if steps["n"] == die:
+                        raise _Killed()
+                    steps["n"] += 1
+                return real(a, b)
+            return step
+        monkeypatch.setattr(bf.os, "rename", counted(real_rename))
+        monkeypatch.setattr(bf.os, "replace", counted(real_replace))
+        return steps
+
+    total = install_steps(twin, None)
+    run_backfill(twin, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    monkeypatch.undo()
+    assert total["n"] >= 14  # journal, >= 3 moves and >= 3 installs (each journaled), checkpoint, journal
+    want = {p.name: p.read_bytes() for p in (twin / "index").iterdir()}
+    die_at %= total["n"]
+    install_steps(store, die_at)
+    with pytest.raises(_Killed):
+        run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    monkeypatch.undo()
+    backups = sorted((store / "index.backup").iterdir())
+    for name, data in before.items():
+        assert any(p.exists() and p.read_bytes() == data for p in [store / "index" / name] +
+                   [b / name for b in backups]), name
+    if die_at == 0:  # stopped before its journal existed: nothing has moved yet
+        assert {p.name: p.read_bytes() for p in (store / "index").iterdir()} == before
+    else:
+        assert bf.interrupted(store)
+    said = []
+    run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=said.append)
+    assert any("rolled back" in s for s in said) == (die_at > 0)
+    assert not bf.interrupted(store)
+    assert {p.name: p.read_bytes() for p in (store / "index").iterdir()} == want
+    assert (store / "checkpoint").read_bytes() == (twin / "checkpoint").read_bytes()

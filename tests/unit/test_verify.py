@@ -247,3 +247,13 @@ def test_the_content_judge_keeps_a_negative_key_hash_apart_and_checks_windows():
     assert got["extra"] == [(0, 1000 + 20, 100, -7, 1)]
     # 12,000 ms is window 12, not 11: both items point at that message
     assert got["window"] == [(0, 1000 + 20, 0, 0, 1), (0, 1000 + 20 * 2, 0, 0, 1)]
+
+
+@pytest.mark.parametrize("offset", [0, 8])
+def test_header_times_one_millisecond_off_are_found_with_the_commitlog(damaged, offset):
+    """Issue 12 fault campaign: a flipped low bit of endTimestamp kept the last item's diff (whole
+    seconds) and went unnoticed; the header's times are the first and last entry's store times."""
+    d, files, poke = damaged
+    raw = files[6].read_bytes()
+    path = poke(6, offset, ">q", struct.unpack_from(">q", raw, offset)[0] ^ 1)
+    assert kinds_at(run_verify(d, G3 / "commitlog"), path) == {"header-time": [offset]}

@@ -1,0 +1,31 @@
+"""A small fast sample of the fault campaign (bench/faults.py; the full run is ``make faults``): mutated
+logs through build, verify, query, stats, backfill and the CLI; damaged indexes through verify, query and
+stats; queries racing builds. Zero failures in each, as in the full run."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import faults  # noqa: E402
+
+
+def test_mutated_logs_never_raise_untyped_errors_and_build_and_verify_agree(tmp_path):
+    counts, failures = faults.run_logs(250, seed=7, workers=1, work=tmp_path / "logs")
+    assert not failures, failures[0]["error"]
+    assert counts["verify: clean"] >= 100 and sum(v for k, v in counts.items() if k.startswith("build:")) == 250
+    assert all(counts[f"mutation: {m}"] for m in faults.MUTATIONS)
+
+
+def test_damaged_indexes_are_reported_or_refused_never_a_traceback():
+    counts, failures = faults.run_index(80, seed=7)
+    assert not failures, failures[0]["error"]
+    assert not any("UNDETECTED" in k for k in counts), counts
+
+
+@pytest.mark.slow
+def test_queries_racing_builds_see_one_build_each():
+    counts, failures = faults.run_race(60, 4, seed=7)
+    assert not failures and counts["round: first log's answers"] and counts["round: second log's answers"]
