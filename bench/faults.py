@@ -297,13 +297,13 @@ def one_log(i: int, seed: int, base_list: list[Base], work: Path) -> tuple[list[
             outcomes.append("verify: clean")
             if i % 5 == 0:
                 step = "query"
-                idx = open_index(d / "out")
-                for topic, key in base.keys[:4]:
+                idx, err = _typed(open_index, d / "out")
+                for topic, key in base.keys[:4] if err is None else []:
                     query_offsets(idx, topic, key)
-                outcomes.append("query: answered")
+                outcomes.append(f"query: {'answered' if err is None else 'refused (' + err + ')'}")
                 step = "stats"
-                index_stats_local(d / "out", store).summary()
-                outcomes.append("stats: ran")
+                _, err = _typed(lambda: index_stats_local(d / "out", store).summary())
+                outcomes.append(f"stats: {'ran' if err is None else 'refused (' + err + ')'}")
         if i % 10 == 0:
             step = "backfill"
             broker = d / "broker"
@@ -728,6 +728,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-spark", action="store_true")
     a = ap.parse_args(argv)
     results, total_failures = {}, 0
+    shutil.rmtree(DATA / "faults" / "repro", ignore_errors=True)  # the reproducers are this run's
     for part in a.only.split(","):
         t = time.monotonic()
         if part == "logs":
