@@ -558,7 +558,7 @@ def run_kills(kills: int, messages: int, seed: int = 1, spark: bool = True) -> t
         for k in range(kills):
             subprocess.run(previous, check=True, stdout=subprocess.DEVNULL)
             before = _answers(out, keys)
-            delay = rng.uniform(0.05, took * 1.05)
+            delay = rng.uniform(0.05, took * 0.9)  # inside the run: every kill lands
             code = _kill_group_after(build + ["--out", str(out)] + engine, delay)
             step = "after the kill"
             try:
@@ -620,7 +620,7 @@ def _backfill_kills(root: Path, store: Path, kills: int, rng: random.Random) -> 
     for k in range(kills):
         fresh()
         before = {p.name: p.read_bytes() for p in (broker / "index").iterdir()}
-        delay = rng.uniform(0.05, took * 1.05)
+        delay = rng.uniform(0.05, took * 0.9)  # inside the run: every kill lands
         code = _kill_group_after(bf, delay)
         step = "after the kill"
         try:
