@@ -26,7 +26,7 @@ from rocketidx.manifest import INDEX_DIR, MANIFEST_VERSION
 from rocketidx.output import LocalOutput
 from rocketidx.paths import is_uri
 from rocketidx.segments import Segment, list_segments
-from rocketidx.splits import CommitLogReader
+from rocketidx.splits import CommitLogReader, first_misplaced
 from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
 from rocketidx.timeindex import keep as keep_time_index
 from rocketidx.windows import assign_windows
@@ -219,11 +219,3 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "stop": summary.stop,
     } | ({"phy_mismatch": summary.phy_mismatch} if summary.phy_mismatch else {})
 
-
-def first_misplaced(seg: Segment, recs: np.ndarray) -> dict | None:
-    """The first record of ``recs`` whose PHYSICALOFFSET field is not its position, as the manifest
-    names it (the broker's recovery reads such a record, and ``verify`` must know to judge it whole)."""
-    bad = recs[:, L.REC_PHY] != recs[:, L.REC_POS] + seg.base_offset
-    if not bad.any():
-        return None
-    return {"segment": seg.name, "segment_offset": int(recs[int(np.argmax(bad)), L.REC_POS])}

@@ -158,6 +158,15 @@ def read_segment(seg: Segment, *, check_crc: bool = True, start: int = 0, end: i
     return pa.Table.from_batches(batches, MESSAGE_SCHEMA), reader.stop
 
 
+def first_misplaced(seg: Segment, recs: np.ndarray) -> dict | None:
+    """The first record of ``recs`` whose PHYSICALOFFSET field is not its position, as the manifest
+    names it (the broker's recovery reads such a record; ``verify`` must then judge the log whole)."""
+    bad = recs[:, L.REC_PHY] != recs[:, L.REC_POS] + seg.base_offset
+    if not bad.any():
+        return None
+    return {"segment": seg.name, "segment_offset": int(recs[int(np.argmax(bad)), L.REC_POS])}
+
+
 class CommitLogReader:
     """Reads segments in order as the broker's recovery does; ``stop`` is where reading ended for good.
 

@@ -401,7 +401,7 @@ def _judge_streaming(files, spans, commitlog, params: ContentParams, rules: Buil
     message's entries and the items pointing at it meet in one stretch, and no entry is ever below the
     window's endPhyOffset); raises :class:`_FieldsOutOfPlace` at the first record where that fails."""
     from rocketidx.segments import list_segments
-    from rocketidx.splits import CommitLogReader
+    from rocketidx.splits import CommitLogReader, first_misplaced
     lo, hi = params.lo, params.hi
     pending = sorted(spans, key=lambda fi: spans[fi][1])
     active: list[_Items] = []
@@ -420,10 +420,9 @@ def _judge_streaming(files, spans, commitlog, params: ContentParams, rules: Buil
     for seg, buf, recs, e in reader.entry_chunks():
         if not len(recs):
             continue
-        fields = recs[:, L.REC_PHY].astype(np.int64)
-        if (fields != recs[:, L.REC_POS] + seg.base_offset).any():
+        if first_misplaced(seg, recs):
             raise _FieldsOutOfPlace()
-        m_phy = unique_sorted(fields)
+        m_phy = unique_sorted(recs[:, L.REC_PHY].astype(np.int64))
         phy, kh, ts = _entry_columns(e)
         keep = (phy >= lo) & (phy <= hi) & rules.in_time(ts)
         if rules.to_offset is not None:
@@ -442,11 +441,10 @@ def _misplaced_field_in(commitlog, rules: BuildRead, check_crc: bool) -> bool:
     """Whether a record the build read (from its start) has a PHYSICALOFFSET field that is not its
     position; records only, stopping at the first."""
     from rocketidx.segments import list_segments
-    from rocketidx.splits import CommitLogReader
+    from rocketidx.splits import CommitLogReader, first_misplaced
     segs = list_segments(commitlog, from_offset=rules.start_offset, to_offset=rules.to_offset)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=rules.start_offset, end_offset=rules.to_offset)
-    return any((recs[:, L.REC_PHY] != recs[:, L.REC_POS] + seg.base_offset).any()
-               for seg, _, recs in reader.record_chunks())
+    return any(first_misplaced(seg, recs) for seg, _, recs in reader.record_chunks())
 
 
 def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead, check_crc: bool,
@@ -473,8 +471,9 @@ def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead
         phy, kh, ts = phy[keep], kh[keep], ts[keep]
         window = assign_windows(ts, params.window_ms or 0)
         put = np.zeros(len(phy), bool)
-        for w in unique_sorted(window).tolist():
-            at = np.flatnonzero(window == w)
+        order = np.argsort(window, kind="stable")  # each window's entries, in CommitLog order
+        for at in np.split(order, np.flatnonzero(np.diff(window[order])) + 1) if len(order) else []:
+            w = int(window[at[0]])
             ok = at_or_above_end(phy[at], ends.get(w, 0))
             put[at[ok]] = True
             if ok.any():
