@@ -6,7 +6,9 @@ source registered, and a frozen :class:`SparkSettings`.
 
 Stays true: a session started by ``spark-submit`` (or a notebook's) keeps the master and settings it was
 given; a session created here is ``local[*]`` unless told otherwise, runs its Python workers on this very
-interpreter (``PYSPARK_PYTHON``), and logs only warnings.
+interpreter (``PYSPARK_PYTHON``), and logs only warnings. The driver JVM started here leads a process group
+of its own and ends when this process ends, however it ends, through its own shutdown hooks (which stop the
+SparkContext and delete Spark's temp directories).
 """
 from __future__ import annotations
 
@@ -92,10 +94,10 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     conf = dict(conf or {})
     spark = SparkSession.getActiveSession()
     if spark is None:
-        builder = SparkSession.builder.appName(app_name)
+        settings = {"spark.app.name": app_name}
         submitted = launched_by_spark_submit()
         if master or not submitted:
-            builder = builder.master(master or DEFAULT_MASTER)
+            settings["spark.master"] = master or DEFAULT_MASTER
         if not submitted:
             # Local workers must run this interpreter: the one that has rocketidx and its numpy/pyarrow.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -106,10 +108,10 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
             from pyspark import SparkConf
             given = dict(SparkConf().getAll())
         # From the start, not only after setLogLevel: spark-submit's driver logs INFO until then.
-        for k, v in {"spark.log.level": log_level, **conf}.items():
-            if k not in given:
-                builder = builder.config(k, v)
-        spark = builder.getOrCreate()
+        settings.update((k, v) for k, v in {"spark.log.level": log_level, **conf}.items() if k not in given)
+        if not submitted:
+            _start_driver_jvm(settings)
+        spark = SparkSession.builder.config(map=settings).getOrCreate()
     else:
         for k, v in conf.items():
             if k.startswith("spark.sql.") and spark.conf.isModifiable(k):
@@ -118,6 +120,26 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     if sources:
         register(spark)
     return spark
+
+
+def _start_driver_jvm(settings: Mapping[str, str]) -> None:
+    """Start the driver JVM with ``settings``, leading a process group of its own (unless one runs already).
+
+    The JVM needs no group with this process to end with it: PySpark gives it a pipe, and at EOF (this
+    process ended, however it ended) it exits through its shutdown hooks, which stop the SparkContext and
+    delete Spark's temp directories by running ``rm -rf``. In this process's group, the JVM and those
+    ``rm -rf`` processes get every signal sent to the group: a Jupyter kernel that shuts down SIGTERMs the
+    processes of its group again and again (0.01 s, 0.03 s, 0.1 s... apart, then SIGKILLs them), killing an
+    ``rm`` mid-way ("Failed to delete" stack traces) or the JVM (directories left behind), as ``kill -9``
+    of a driver's process group does.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    if SparkContext._gateway is not None:  # a JVM from an earlier session of this process: reused
+        return
+    spark_conf = SparkConf().setAll(list(settings.items()))
+    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    SparkContext(conf=spark_conf, gateway=gateway)  # the context getOrCreate() then finds
 
 
 @contextmanager
