@@ -19,12 +19,12 @@ import numpy as np
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
-from rocketidx.errors import ConfigError, CorruptRecordError
+from rocketidx.errors import CorruptRecordError
 from rocketidx.entries import drop_first_entries, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.manifest import INDEX_DIR, MANIFEST_VERSION
-from rocketidx.output import LocalOutput
-from rocketidx.paths import is_uri
+from rocketidx import storage
+from rocketidx.output import LocalOutput, built_here
 from rocketidx.segments import Segment, list_segments
 from rocketidx.splits import CommitLogReader, first_misplaced
 from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
@@ -109,14 +109,22 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
                 time_index: str | None = "auto") -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog. Returns (manifest, summary).
 
-    ``start_offset``: read from the first record at or after this absolute offset (a backfill's range);
-    ``skip_entries``: drop the first entries of the message at ``start_offset`` (already indexed in the
-    file the range continues); ``name_after``: every file name must sort after this one.
+    ``commitlog`` and ``out``: local paths or URIs (a URI output is built in local scratch space and
+    published there: :func:`rocketidx.output.built_here`). ``start_offset``: read from the first record
+    at or after this absolute offset (a backfill's range); ``skip_entries``: drop the first entries of the
+    message at ``start_offset`` (already indexed in the file the range continues); ``name_after``: every
+    file name must sort after this one.
     """
+    remote = storage.is_remote(out)
+    with built_here(out) as target:
+        return _build_index_at(commitlog, target, config, segments=segments, progress=progress, native=native,
+                               start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
+                               time_index=None if remote else time_index)
+
+
+def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progress, native, start_offset,
+                    skip_entries, name_after, time_index) -> tuple[dict, BuildSummary]:
     t0 = time.monotonic()
-    if is_uri(out):
-        raise ConfigError("out", str(out), "the in-process build writes a local or mounted path; build to a URI "
-                                           "on Spark (rocketidx build without --in-process)")
     segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
     output = LocalOutput(out)
@@ -207,7 +215,7 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "window_ms": config.window_ms,
         "timezone": config.timezone,
         "check_crc": config.check_crc,
-        "commitlog": os.path.dirname(segments[0].path) if segments else None,
+        "commitlog": storage.redact(segments[0].path).rsplit("/", 1)[0] if segments else None,
         "segments": [{"name": s.name, "base_offset": s.base_offset, "size": s.size} for s in segments],
         "messages": summary.messages,
         "messages_indexed": summary.messages_indexed,

@@ -15,6 +15,7 @@ import sys
 import time
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
@@ -177,7 +178,6 @@ def run_build(a: argparse.Namespace) -> int:
     the engine (:func:`rocketidx.engine.choose_engine`) -> the build -> the summary on stdout."""
     from rocketidx.config import load_config
     from rocketidx.engine import choose_engine, data_bytes
-    from rocketidx.paths import is_uri
     from rocketidx.segments import list_segments
     in_process = getattr(a, "in_process", False)
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
@@ -188,8 +188,6 @@ def run_build(a: argparse.Namespace) -> int:
     settings = _spark_settings(a)
     segments = list_segments(a.commitlog, from_offset=a.from_offset, to_offset=a.to_offset)
     filtered = any(v is not None for v in (a.from_offset, a.to_offset, a.from_time, a.to_time))
-    spark_only = ("the output is a URI, which the in-process build does not write" if is_uri(a.out) else
-                  "a range of a remote CommitLog is read on Spark" if filtered and is_uri(a.commitlog) else None)
     tindex = _time_index_arg(a)
     work = data_bytes(segments, a.from_offset, a.to_offset)
     if (a.from_time is not None or a.to_time is not None) and a.from_offset is None and a.to_offset is None:
@@ -197,10 +195,10 @@ def run_build(a: argparse.Namespace) -> int:
         from rocketidx.timeindex import plan_slice
         tdir = time_index_dir(tindex, a.out)
         sliced = plan_slice(segments, tdir, a.from_time, a.to_time, cfg.check_crc)[0] if tdir and segments \
-            and not is_uri(a.commitlog) else None
+            and not storage.is_remote(a.commitlog) else None
         work = sliced.bytes if sliced else work  # what the slice will read
     engine = choose_engine(work, in_process=in_process,
-                           master=a.master, break_even=settings.break_even, spark_only=spark_only)
+                           master=a.master, break_even=settings.break_even)
     t0 = time.monotonic()
     spark_stats = None
     if engine.spark:
@@ -293,8 +291,6 @@ def print_summary(s) -> None:
 
 
 def cmd_query(a) -> int:
-    from pathlib import Path
-
     import pyarrow as pa
 
     from rocketidx.query import message_has_key, open_index, query_offsets, read_messages_at
@@ -309,14 +305,14 @@ def cmd_query(a) -> int:
     if clash:
         print(f"rocketidx query: {clash}", file=sys.stderr)
         return 2
-    index = a.index or str(Path(a.store) / "index")
-    commitlog = a.commitlog or (str(Path(a.store) / "commitlog") if a.store else None)
+    index = a.index or storage.join(a.store, "index")
+    commitlog = a.commitlog or (storage.join(a.store, "commitlog") if a.store else None)
     if (a.show or a.exact) and commitlog is None:
         print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
         return 2
     files = open_index(index, a.hash_slots, a.index_num)
     if not files:
-        raise StoreLayoutError(index, "no IndexFiles found")
+        raise StoreLayoutError(storage.redact(index), "no IndexFiles found")
     if a.queries:
         queries = []
         with open(a.queries) as f:
@@ -489,8 +485,7 @@ def cmd_verify(a) -> int:
 def _verify_engine(a, files, rules):
     from rocketidx.engine import choose_engine, data_bytes
     from rocketidx.segments import list_segments
-    import os
-    work = sum(min(os.stat(f.path).st_blocks * 512, os.stat(f.path).st_size) for f in files)
+    work = sum(min(storage.footprint(f.path)) for f in files)
     if a.commitlog:
         work += data_bytes(list_segments(a.commitlog))
     out_of_place = ("the build saw PHYSICALOFFSET fields that are not their records' positions: judged in one "
@@ -560,6 +555,10 @@ def run_backfill_command(a: argparse.Namespace) -> int:
     backfill (the rebuild on the engine :func:`rocketidx.engine.choose_engine` picks for its range) -> the
     plan and result on stdout."""
     from rocketidx.backfill import run_backfill
+    if storage.is_remote(a.store):
+        raise StoreLayoutError(storage.redact(a.store), "backfill writes into a stopped broker's local store (its "
+                                                        "lock, a backup and an atomic swap need a local disk); "
+                                                        "give the store's path on the broker's machine")
     in_process = getattr(a, "in_process", False)
     log = (lambda *_: None) if a.json else print
     args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
@@ -596,11 +595,19 @@ COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfil
             "gen": cmd_gen, "build": run_build, "query": cmd_query, "timeindex": cmd_timeindex}
 
 
+# Arguments that name a path or URI: a file:// URI becomes its local path here, once for every command.
+PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    storage.READS.reset()
     try:
+        for name in PATH_ARGS:
+            if isinstance(getattr(args, name, None), str):
+                setattr(args, name, storage.normalize(getattr(args, name)))
         return COMMANDS[args.command](args)
     except RocketIdxError as e:
         print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
@@ -608,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"rocketidx {args.command}: {e}", file=sys.stderr)
         return 2
+    finally:
+        if args.verbose and storage.READS.requests:
+            print(f"rocketidx {args.command}: read {storage.READS.bytes:,} bytes from remote storage in "
+                  f"{storage.READS.requests:,} requests", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -31,13 +31,13 @@ from typing import Callable
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.build import BuildSummary, WindowSet, manifest_header, refuse_invalid_log
 from rocketidx.config import BuildConfig
-from rocketidx.errors import ConfigError, RocketIdxError
+from rocketidx.errors import RocketIdxError
 from rocketidx.indexfile import FileInfo, Header
-from rocketidx.paths import is_uri
 from rocketidx.segments import list_segments
-from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles
+from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles, built_here
 from rocketidx.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, read_split, resolve_stops
 from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, keep, plan_slice
 from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
@@ -339,7 +339,7 @@ def time_index_dir(time_index: str | None, out) -> str | None:
 def collect_blocks(tdir: str | None, segments, spec: SplitSpec, plan: DirectPlan) -> int:
     """The block size the tasks should report (0: none): only a read of whole segments, all of them
     scanned, describes them completely."""
-    if not tdir or plan.skipped or not _whole_read(segments, spec) or any(is_uri(s.path) for s in segments):
+    if not tdir or plan.skipped or not _whole_read(segments, spec) or any(storage.is_remote(s.path) for s in segments):
         return 0
     return DEFAULT_BLOCK_BYTES
 
@@ -402,16 +402,21 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
     bounds; :func:`rocketidx.build.build_index` is the unfiltered reference, this is its filtered twin.
-    ``time_index``: the time index directory to use and keep (:func:`time_index_dir`).
+    ``time_index``: the time index directory to use and keep (:func:`time_index_dir`). A URI output is
+    built in local scratch space and published (:func:`rocketidx.output.built_here`).
     """
+    remote = storage.is_remote(out)
+    with built_here(out) as target:
+        return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
+                               from_time_ms=from_time_ms, to_time_ms=to_time_ms,
+                               time_index=None if remote else time_index)
+
+
+def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to_offset, from_time_ms, to_time_ms,
+                    time_index) -> tuple[dict, BuildSummary]:
     t0 = time.monotonic()
-    if is_uri(out):
-        raise ConfigError("out", str(out), "the in-process build writes a local or mounted path; build to a URI "
-                                           "on Spark (--master M)")
     commitlog = str(commitlog)
     segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
-    if any(is_uri(s.path) for s in segments):
-        raise ConfigError("commitlog", commitlog, "an offset or time range of a remote CommitLog is read on Spark")
     end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
     spec = SplitSpec(from_offset=from_offset, to_offset=end, from_time_ms=from_time_ms, to_time_ms=to_time_ms,
                      check_crc=config.check_crc, batch_records=config.batch_records)

@@ -19,15 +19,15 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.errors import ConfigError, CorruptIndexError, StoreLayoutError
 from rocketidx.keys import key_hash_py, slot_of
-from rocketidx.manifest import INDEX_DIR, MANIFEST, Manifest, ManifestFile
+from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
 CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
@@ -308,31 +308,28 @@ class WindowWriter:
 
 # --- reading ------------------------------------------------------------------------------------
 
-def pread_exact(fd: int, n: int, offset: int, path: str) -> bytes:
+def read_exact(f: storage.RangeFile, n: int, offset: int) -> bytes:
     """``n`` bytes at ``offset`` of an open file; a file that ends first (shorter than its sizes say, or
     cut while being read) raises :class:`CorruptIndexError` naming the file and the byte where it ended."""
-    data = os.pread(fd, n, offset)
+    data = f.read_at(n, offset)
     if len(data) != n:
-        raise CorruptIndexError(path, offset + len(data), f"file ends inside a read of {n} bytes at {offset}")
+        raise CorruptIndexError(storage.redact(f.path), offset + len(data),
+                                f"file ends inside a read of {n} bytes at {offset}")
     return data
 
 
 def iter_items(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, chunk: int = CHUNK_ITEMS
                ) -> Iterator[tuple[int, np.ndarray]]:
-    """Items ``[lo, hi)`` of a file as ``(first item index, INDEX_ITEM array)`` chunks of at most
-    ``chunk`` items, by positional reads: the page cache holds the file, this process one chunk (a
-    mapping's touched pages would count against a Spark task's memory). A short read raises
-    :class:`CorruptIndexError` (:func:`pread_exact`)."""
-    path = str(path)
+    """Items ``[lo, hi)`` of a file (a local path or a URI) as ``(first item index, INDEX_ITEM array)``
+    chunks of at most ``chunk`` items, by positional reads: the page cache (or the store) holds the file,
+    this process one chunk (a mapping's touched pages would count against a Spark task's memory). A short
+    read raises :class:`CorruptIndexError` (:func:`read_exact`)."""
     base = L.items_offset(hash_slot_num)
     size = L.INDEX_ITEM.itemsize
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with storage.RangeFile(path) as f:
         for a in range(lo, hi, chunk):
             b = min(hi, a + chunk)
-            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, base + a * size, path), L.INDEX_ITEM)
-    finally:
-        os.close(fd)
+            yield a, np.frombuffer(read_exact(f, (b - a) * size, base + a * size), L.INDEX_ITEM)
 
 
 def read_item_fields(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: int, fields: Sequence[str],
@@ -351,15 +348,36 @@ def read_item_fields(path: str | os.PathLike, hash_slot_num: int, lo: int, hi: i
 def iter_slots(path: str | os.PathLike, hash_slot_num: int, chunk: int = CHUNK_SLOTS
                ) -> Iterator[tuple[int, np.ndarray]]:
     """The slot table as ``(first slot, SLOT array)`` chunks, checked as :func:`iter_items` checks."""
-    path = str(path)
     size = L.SLOT.itemsize
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with storage.RangeFile(path) as f:
         for a in range(0, hash_slot_num, chunk):
             b = min(hash_slot_num, a + chunk)
-            yield a, np.frombuffer(pread_exact(fd, (b - a) * size, L.slots_offset() + a * size, path), L.SLOT)
-    finally:
-        os.close(fd)
+            yield a, np.frombuffer(read_exact(f, (b - a) * size, L.slots_offset() + a * size), L.SLOT)
+
+
+class _RangedTable:
+    """A remote file's slot table or items, read an element at a time (a query's chain walk touches a
+    few) or whole in chunks (``np.asarray``); the local reader maps the file instead."""
+
+    def __init__(self, f: storage.RangeFile, base: int, dtype: np.dtype, n: int, chunk: int):
+        self.f, self.base, self.dtype, self.n, self.chunk = f, base, dtype, n, chunk
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):
+        if not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
+            raise IndexError(i)
+        return np.frombuffer(read_exact(self.f, self.dtype.itemsize, self.base + int(i) * self.dtype.itemsize),
+                             self.dtype)[0]
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.empty(self.n, self.dtype)
+        for a in range(0, self.n, self.chunk):
+            b = min(self.n, a + self.chunk)
+            out[a:b] = np.frombuffer(read_exact(self.f, (b - a) * self.dtype.itemsize,
+                                                self.base + a * self.dtype.itemsize), self.dtype)
+        return out if dtype is None else out.astype(dtype)
 
 
 @dataclass(frozen=True)
@@ -384,7 +402,7 @@ class FileRef:
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.path)
+        return storage.basename(self.path)
 
     def open(self, *, check: bool = True) -> "IndexFile":
         """The file, its size checked (and with ``check`` its header): :class:`IndexFile`."""
@@ -396,29 +414,40 @@ class FileRef:
 
 
 class IndexFile:
-    """A read-only IndexFile: its size checked, its header, and numpy views over a mapping of the slot
-    table and items for a query's chain walk (a few items at random places); bulk reads of items go
-    through :meth:`iter_items`."""
+    """A read-only IndexFile: its size checked, its header, and the slot table and items for a query's
+    chain walk (a few items at random places): numpy views over a mapping of a local file, ranged reads
+    of a remote one (header, one slot, the chain's items: a few small reads, not a download). Bulk reads
+    of items go through :meth:`iter_items`."""
 
     def __init__(self, path: str | os.PathLike, hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM,
                  index_num: int = L.DEFAULT_INDEX_NUM, *, check: bool = True):
-        self.path = str(path)
+        self.path = storage.normalize(path)
         self.hash_slot_num, self.index_num = hash_slot_num, index_num
         expected = L.index_file_size(hash_slot_num, index_num)
-        size = os.path.getsize(self.path)
-        if size != expected:
-            raise CorruptIndexError(self.path, 0, f"file size {size} != 40 + 4*{hash_slot_num} + 20*{index_num} "
-                                                  f"= {expected}; wrong --hash-slots/--index-num?")
-        mm = np.memmap(self.path, np.uint8, mode="r")
-        self.header = Header.from_array(mm[:L.INDEX_HEADER.itemsize].view(L.INDEX_HEADER)[0])
-        self.slots = mm[L.slots_offset():L.items_offset(hash_slot_num)].view(L.SLOT)
-        self.items = mm[L.items_offset(hash_slot_num):].view(L.INDEX_ITEM)
+        found = storage.stat(self.path)
+        if found is None or found.kind != storage.FILE:
+            raise FileNotFoundError(2, "No such file", storage.redact(self.path))
+        if found.size != expected:
+            raise CorruptIndexError(storage.redact(self.path), 0,
+                                    f"file size {found.size} != 40 + 4*{hash_slot_num} + 20*{index_num} "
+                                    f"= {expected}; wrong --hash-slots/--index-num?")
+        if storage.is_remote(self.path):
+            f = storage.RangeFile(self.path)
+            head = read_exact(f, L.INDEX_HEADER.itemsize, 0)
+            self.header = Header.from_array(np.frombuffer(head, L.INDEX_HEADER)[0])
+            self.slots = _RangedTable(f, L.slots_offset(), L.SLOT, hash_slot_num, CHUNK_SLOTS)
+            self.items = _RangedTable(f, L.items_offset(hash_slot_num), L.INDEX_ITEM, index_num, CHUNK_ITEMS)
+        else:
+            mm = np.memmap(self.path, np.uint8, mode="r")
+            self.header = Header.from_array(mm[:L.INDEX_HEADER.itemsize].view(L.INDEX_HEADER)[0])
+            self.slots = mm[L.slots_offset():L.items_offset(hash_slot_num)].view(L.SLOT)
+            self.items = mm[L.items_offset(hash_slot_num):].view(L.INDEX_ITEM)
         if check:
             self.check_header()
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.path)
+        return storage.basename(self.path)
 
     def ref(self, file_index: int = 0) -> FileRef:
         return FileRef(self.path, self.hash_slot_num, self.index_num, file_index)
@@ -435,10 +464,10 @@ class IndexFile:
     def check_header(self) -> None:
         h = self.header
         if not (L.FIRST_INDEX <= h.index_count <= self.index_num):
-            raise CorruptIndexError(self.path, L.INDEX_HEADER.fields["index_count"][1],
+            raise CorruptIndexError(storage.redact(self.path), L.INDEX_HEADER.fields["index_count"][1],
                                     f"indexCount {h.index_count} outside [1, {self.index_num}]")
         if not (0 <= h.hash_slot_count <= self.hash_slot_num):
-            raise CorruptIndexError(self.path, L.INDEX_HEADER.fields["hash_slot_count"][1],
+            raise CorruptIndexError(storage.redact(self.path), L.INDEX_HEADER.fields["hash_slot_count"][1],
                                     f"hashSlotCount {h.hash_slot_count} outside [0, {self.hash_slot_num}]")
 
     def is_time_matched(self, begin: int, end: int) -> bool:
@@ -461,7 +490,7 @@ class IndexFile:
         while len(out) < max_num:
             steps += 1
             if steps > count:  # RocketMQ would loop for ever on a cyclic chain; a valid one is shorter
-                raise CorruptIndexError(self.path, L.slots_offset() + L.SLOT.itemsize * slot,
+                raise CorruptIndexError(storage.redact(self.path), L.slots_offset() + L.SLOT.itemsize * slot,
                                         f"the chain of slot {slot} loops")
             if i >= self.index_num:  # a link past the file: RocketMQ would read garbage; stop
                 return
@@ -478,8 +507,8 @@ class IndexFile:
             i = prev
 
 
-def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None, index_num: int | None = None
-                ) -> tuple[int | None, int | None]:
+def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None, index_num: int | None = None,
+                *, sizes: Sequence[int] | None = None) -> tuple[int | None, int | None]:
     """(hashSlotNum, indexNum) of a bare directory's files, as far as the files tell; given values win.
 
     A file's size is ``40 + 4*slots + 20*indexNum``: one equation, two unknowns. With one of them given,
@@ -488,14 +517,15 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
     of a broker's sequence is full). Files of different sizes speak by the size most of them share (a
     truncated or foreign file among them is then the odd one, which the caller reports, rather than
     every healthy file); a tie, or no full file, tells nothing: the caller falls back to the broker
-    defaults and checks that they fit.
+    defaults and checks that they fit. ``sizes``: the files' sizes when a listing already gave them.
     """
     hs, n = hash_slot_num, index_num
-    counted = Counter(os.path.getsize(p) for p in paths).most_common(2)
+    sizes = list(sizes) if sizes is not None else [storage.stat(p).size for p in paths]
+    counted = Counter(sizes).most_common(2)
     if not counted or (len(counted) == 2 and counted[0][1] == counted[1][1]) or (hs is not None and n is not None):
         return hs, n
     size = counted[0][0]
-    paths = [p for p in paths if os.path.getsize(p) == size]
+    paths = [p for p, s in zip(paths, sizes) if s == size]
     rest = size - L.INDEX_HEADER.itemsize
     slot, item = L.SLOT.itemsize, L.INDEX_ITEM.itemsize
     if rest < slot + 2 * item:  # not even a header, a slot, item 0 and one item: says nothing
@@ -505,11 +535,10 @@ def infer_sizes(paths: list[str | os.PathLike], hash_slot_num: int | None = None
     if hs is not None:
         return hs, ((rest - slot * hs) // item if rest > slot * hs and (rest - slot * hs) % item == 0 else None)
     for p in paths:
-        with open(p, "rb") as f:
-            raw = f.read(L.INDEX_HEADER.itemsize)
-            f.seek(size - item)
-            last = f.read(item)
-        if not any(last):
+        with storage.RangeFile(p) as f:
+            raw = f.read_at(L.INDEX_HEADER.itemsize, 0)
+            last = f.read_at(item, size - item)
+        if not any(last) or len(raw) < L.INDEX_HEADER.itemsize:
             continue
         count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
         if count > 1 and rest > item * count and (rest - item * count) % slot == 0:
@@ -542,7 +571,7 @@ class IndexDir:
 
     @property
     def paths(self) -> list[str]:
-        return [str(Path(self.directory) / n) for n in self.names]
+        return [storage.join(self.directory, n) for n in self.names]
 
     def open(self, *, check: bool = True) -> list[IndexFile]:
         """Every file, oldest first; a file of the wrong size (or, with ``check``, a bad header) raises
@@ -550,21 +579,35 @@ class IndexDir:
         return [IndexFile(p, self.hash_slot_num, self.index_num, check=check) for p in self.paths]
 
 
-def _pinned(p: Path) -> Path:
-    """A local build output's committed version directory (``OUT/current`` resolved once), so that its
-    manifest and its files come from one version even while a build swaps ``current``; any other
-    directory as it is."""
-    for root in (p, p.parent if p.name == INDEX_DIR else None):
+def _pinned(p: str) -> str:
+    """A build output's committed version directory, resolved once, so that its manifest and its files come
+    from one version even while a build swaps it: the local layout's ``OUT/current`` symlink, or the
+    remote layout's ``OUT/CURRENT`` file (a URI, or a ``file://`` output written by an earlier release);
+    any other directory as it is."""
+    parent = p.rstrip("/").rsplit("/", 1)[0] if storage.basename(p) == INDEX_DIR else None
+    for root in (p, parent):
+        if root is None:
+            continue
         # Only the layout a build leaves: a hand-placed _manifest.json (not a link) is read as it is.
-        if root is not None and (root / "current").is_symlink() and (root / MANIFEST).is_symlink():
-            return root / os.readlink(root / "current")
+        target = storage.readlink(storage.join(root, CURRENT))
+        if target is not None and storage.readlink(storage.join(root, MANIFEST)) is not None:
+            return storage.join(root, target)
+        pointer = storage.read_bytes(storage.join(root, CURRENT_FILE)) \
+            if storage.stat(storage.join(root, MANIFEST)) is None else None
+        if pointer is not None:
+            name = pointer.decode(errors="replace").strip()
+            if not name.startswith(VERSION_PREFIX) or "/" in name:
+                raise StoreLayoutError(storage.redact(storage.join(root, CURRENT_FILE)),
+                                       f"names {name!r}, not a version directory")
+            return storage.join(root, name)
     return p
 
 
 def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, index_num: int | None = None,
                    *, missing_ok: bool = False) -> IndexDir:
-    """The index under ``path``: a build output (with ``_manifest.json``), its ``index/`` directory, or a
-    bare directory of IndexFiles such as a broker's ``store/index``. Nothing is opened yet.
+    """The index under ``path`` (a local path or a URI): a build output (with ``_manifest.json``, or
+    the remote layout's ``CURRENT``), its ``index/`` directory, or a bare directory of IndexFiles such as
+    a broker's ``store/index``. Nothing is opened yet.
 
     Each size comes from the argument, else the manifest, else what a bare directory's files tell
     (:func:`infer_sizes`), else the broker default (``MessageStoreConfig``): the one place that says so.
@@ -572,30 +615,42 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
     that is not a directory raises :class:`StoreLayoutError`, unless ``missing_ok`` (a broker store with
     no ``index/`` yet): then there are no files, and the sizes are the arguments' or the defaults.
     """
-    p = Path(path)
+    p = storage.normalize(path)
+    shown = storage.redact(p)
     manifest = None
-    if not p.is_dir():
+    sizes: list[int] | None = None
+    found = storage.stat(p)
+    if found is None or found.kind != storage.DIR:
         if not missing_ok:
-            raise StoreLayoutError(str(p), "not a directory" if p.exists() else "no such directory")
+            raise StoreLayoutError(shown, "not a directory" if found is not None else "no such directory")
         directory, names = p, []
     else:
         p = _pinned(p)
         manifest = Manifest.read(p)
-        if manifest is None and p.name == INDEX_DIR:
-            manifest = Manifest.read(p.parent)
-            p = p.parent if manifest is not None else p
+        if manifest is None and storage.basename(p) == INDEX_DIR:
+            parent = p.rstrip("/").rsplit("/", 1)[0]
+            manifest = Manifest.read(parent)
+            p = parent if manifest is not None else p
         if manifest is not None:
-            directory, names = p / INDEX_DIR, manifest.names
+            directory, names = storage.join(p, INDEX_DIR), manifest.names
         else:
-            if not (p / INDEX_DIR).is_dir() and (p / "commitlog").is_dir() and not missing_ok:
-                raise StoreLayoutError(str(p), "a store with a commitlog/ but no index/ directory: nothing is "
-                                               "indexed here yet (rocketidx build or backfill makes one)")
-            directory = p / INDEX_DIR if (p / INDEX_DIR).is_dir() else p
-            names = sorted(e.name for e in os.scandir(directory) if e.is_file() and not e.name.startswith("."))
+            entries = {e.name: e for e in storage.listdir(p)}
+            if INDEX_DIR not in entries and "commitlog" in entries and entries["commitlog"].kind == storage.DIR \
+                    and not missing_ok:
+                raise StoreLayoutError(shown, "a store with a commitlog/ but no index/ directory: nothing is "
+                                              "indexed here yet (rocketidx build or backfill makes one)")
+            if INDEX_DIR in entries and entries[INDEX_DIR].kind == storage.DIR:
+                directory = storage.join(p, INDEX_DIR)
+                entries = {e.name: e for e in storage.listdir(directory)}
+            else:
+                directory = p
+            files = [e for e in entries.values() if e.kind == storage.FILE and not e.name.startswith(".")]
+            names = sorted(e.name for e in files)
+            sizes = [entries[n].size for n in names]
     if manifest is not None:
         told = (manifest.hash_slot_num, manifest.index_num)
     else:
-        told = infer_sizes([directory / n for n in names], hash_slot_num, index_num)
+        told = infer_sizes([storage.join(directory, n) for n in names], hash_slot_num, index_num, sizes=sizes)
     told_by = "manifest" if manifest is not None else "files"
     resolved = []
     for given, known, default in zip((hash_slot_num, index_num), told, (L.DEFAULT_HASH_SLOT_NUM, L.DEFAULT_INDEX_NUM)):

@@ -21,13 +21,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rocketidx.errors import StoreLayoutError
 
 MANIFEST = "_manifest.json"  # OUT/_manifest.json
 INDEX_DIR = "index"  # OUT/index/<files>
+# Where a build output's committed version is named (rocketidx.output writes them, every reader follows them):
+VERSION_PREFIX = ".v-"  # OUT/.v-<id>/: one build's files and manifest
+CURRENT = "current"  # the local layout's pointer: a symlink to the version directory
+CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
 MANIFEST_VERSION = 1
 
 
@@ -131,11 +134,12 @@ class Manifest:
 
     @classmethod
     def read(cls, directory: str | os.PathLike) -> Manifest | None:
-        """The manifest of a local build output (``directory/_manifest.json``), or None if it has none."""
-        p = Path(directory) / MANIFEST
-        if not p.exists():
-            return None
-        return cls.from_json(p.read_text(), str(p))
+        """The manifest in ``directory`` (a local path or a URI: ``directory/_manifest.json``), or None if
+        it has none."""
+        from rocketidx import storage
+        p = storage.join(storage.normalize(directory), MANIFEST)
+        data = storage.read_bytes(p)
+        return None if data is None else cls.from_json(data, storage.redact(p))
 
 
-__all__ = ["INDEX_DIR", "MANIFEST", "MANIFEST_VERSION", "Manifest", "ManifestFile"]
+__all__ = ["CURRENT", "CURRENT_FILE", "INDEX_DIR", "MANIFEST", "VERSION_PREFIX", "MANIFEST_VERSION", "Manifest", "ManifestFile"]

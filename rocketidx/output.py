@@ -46,16 +46,14 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
-from rocketidx.manifest import INDEX_DIR, MANIFEST, Manifest
+from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest
+from rocketidx import storage
 from rocketidx.paths import is_uri, join_uri
 from rocketidx.windows import assign_file_names
 
 SUCCESS = "_SUCCESS"
 LOCK = ".lock"
-VERSION_PREFIX = ".v-"
-CURRENT = "current"
 MOVE_THREADS = 8  # concurrent moves at a remote commit
-CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
 
 log = logging.getLogger(__name__)
 TASKS_DIR = "_tasks"  # task attempts' scratch directories under a staging version directory
@@ -92,8 +90,9 @@ def new_staging(out: str | os.PathLike) -> Path:
         if p.exists() and not p.is_symlink():
             raise StoreLayoutError(str(p), "exists and was not written by rocketidx; choose an empty --out")
     if (out / CURRENT_FILE).is_file():
-        raise StoreLayoutError(str(out / CURRENT_FILE), "this output has the remote layout (a CURRENT file); "
-                                                        "build into it through its URI, or choose another --out")
+        raise StoreLayoutError(str(out / CURRENT_FILE), "this output has the remote layout (a CURRENT file, as "
+                                                        "earlier releases wrote file:// outputs): readers read it, a "
+                                                        "build does not replace it; choose another --out")
     keep = _current_version(out)
     for old in out.glob(VERSION_PREFIX + "*"):
         if old.name != keep:
@@ -174,9 +173,11 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
 def open_manifest(out: str | os.PathLike) -> Manifest | None:
     """The committed :class:`Manifest` of a local output, or of a URI's (through ``OUT/CURRENT``); None
     if there is none."""
+    from rocketidx.indexfile import _pinned
+    out = storage.normalize(out)
     if is_uri(out):
-        return RemoteOutput.from_uri(str(out)).manifest()
-    return Manifest.read(out)
+        return RemoteOutput.from_uri(out).manifest()
+    return Manifest.read(_pinned(out))
 
 
 def read_manifest(out: str | os.PathLike) -> dict | None:
@@ -238,8 +239,35 @@ class LocalOutput:
 
 
 def open_output(out: str | os.PathLike) -> "LocalOutput | RemoteOutput":
-    """The build output at ``out``: a local path, or any URI pyarrow.fs opens."""
-    return RemoteOutput.from_uri(str(out)) if is_uri(out) else LocalOutput(out)
+    """The build output at ``out``: a local path (or ``file://`` URI), or any URI pyarrow.fs opens."""
+    out = storage.normalize(out)
+    return RemoteOutput.from_uri(out) if is_uri(out) else LocalOutput(out)
+
+
+@contextmanager
+def built_here(out: str | os.PathLike):
+    """Where an in-process build writes ``out``: ``out`` itself when it is local; for a URI, a local
+    scratch output, whose committed version is published to ``out`` (:meth:`RemoteOutput.publish`) when
+    the build inside the block succeeds. The remote output's lock is held throughout, so a build to a URI
+    is refused at once when another one is writing it, and a failed or killed build leaves the previous
+    remote output as it was (at worst a staged version no pointer names, which the next build removes)."""
+    out = storage.normalize(out)
+    if not is_uri(out):
+        yield out
+        return
+    remote = RemoteOutput.from_uri(out)
+    with remote.lock():
+        scratch = tempfile.mkdtemp(prefix="rocketidx-out-", dir=_scratch_dir())
+        try:
+            yield scratch
+            remote.publish(scratch)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _scratch_dir() -> str:
+    """Local scratch space: the first of ``SPARK_LOCAL_DIRS`` (a task's), else the system temp directory."""
+    return (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
 
 
 class TaskFiles:
@@ -251,6 +279,7 @@ class TaskFiles:
     """
 
     def __init__(self, location: str, task_dir: str):
+        location = storage.normalize(location)
         self.remote = RemoteOutput.from_uri(location) if is_uri(location) else None
         if self.remote is None:
             self.local = os.path.join(location, task_dir)
@@ -258,8 +287,7 @@ class TaskFiles:
             return
         self.target = self.remote.path(task_dir)
         self.remote.fs.create_dir(self.target, recursive=True)
-        base = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
-        self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=base)
+        self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=_scratch_dir())
 
     def publish(self, names: list[str]) -> None:
         """Make the closed files ``names`` (in :attr:`local`) visible at the task's location."""
@@ -305,8 +333,7 @@ class RemoteOutput:
 
     @classmethod
     def from_uri(cls, uri: str) -> RemoteOutput:
-        import pyarrow.fs as pafs
-        fs, root = pafs.FileSystem.from_uri(uri)
+        fs, root = storage.filesystem(uri)
         return cls(fs, root, uri)
 
     def path(self, *parts: str) -> str:
@@ -338,7 +365,7 @@ class RemoteOutput:
     def _check_layout(self) -> None:
         for name in (INDEX_DIR, MANIFEST):  # a local build's symlinks, or someone else's files
             if self.exists(self.path(name)):
-                raise StoreLayoutError(join_uri(self.uri, name), "exists and was not written by a rocketidx "
+                raise StoreLayoutError(storage.redact(join_uri(self.uri, name)), "exists and was not written by a rocketidx "
                                        "build to a URI (those keep it under OUT/.v-<id>/); choose an empty --out")
 
     def _read_lock(self) -> dict:
@@ -367,8 +394,8 @@ class RemoteOutput:
         if held is not None:
             who = (f"held by {held.get('host')} pid {held.get('pid')} since {held.get('since')}"
                    if held.get("owner") else "of unknown owner")
-            raise StoreLockedError(self.uri, f"another rocketidx build is writing this output (lock object "
-                                             f"{join_uri(self.uri, LOCK)} {who}); if no build is running, "
+            raise StoreLockedError(storage.redact(self.uri), f"another rocketidx build is writing this output (lock object "
+                                             f"{storage.redact(join_uri(self.uri, LOCK))} {who}); if no build is running, "
                                              "a killed one left it: delete it and run again")
         try:
             yield
@@ -378,7 +405,7 @@ class RemoteOutput:
                     self.fs.delete_file(self.path(LOCK))
             except OSError as e:
                 log.warning("could not remove the lock object %s (%s); delete it before the next build",
-                            join_uri(self.uri, LOCK), e)
+                            storage.redact(join_uri(self.uri, LOCK)), e)
 
     def current_version(self) -> str | None:
         """The committed version directory's name, from ``OUT/CURRENT``; None before the first commit."""
@@ -387,11 +414,12 @@ class RemoteOutput:
             return None
         name = data.decode().strip()
         if not name.startswith(VERSION_PREFIX) or "/" in name:
-            raise StoreLayoutError(join_uri(self.uri, CURRENT_FILE), f"names {name!r}, not a version directory")
+            raise StoreLayoutError(storage.redact(join_uri(self.uri, CURRENT_FILE)), f"names {name!r}, not a version directory")
         return name
 
     def new_staging(self) -> Staging:
-        """A fresh version directory; versions ``CURRENT`` does not name (crash leftovers) go first."""
+        """A fresh version directory; versions ``CURRENT`` does not name go first: the one it named before
+        (kept for the readers of the previous build) and crash leftovers."""
         import pyarrow.fs as pafs
         self._check_layout()
         keep = self.current_version() or self._recover_current()
@@ -419,7 +447,7 @@ class RemoteOutput:
             if name.startswith(VERSION_PREFIX) and "/" not in name and self.exists(self.path(name, MANIFEST)):
                 self.fs.move(info.path, self.path(CURRENT_FILE))
                 log.warning("%s was missing; restored it from %s (a commit cut short) naming %s",
-                            join_uri(self.uri, CURRENT_FILE), info.base_name, name)
+                            storage.redact(join_uri(self.uri, CURRENT_FILE)), info.base_name, name)
                 return name
         return None
 
@@ -473,15 +501,40 @@ class RemoteOutput:
             if info.base_name != INDEX_DIR:  # task scratch directories: not part of the version
                 self.remove(info.path)
         written = Manifest.build(manifest, [f.committed_as(name) for f, name in zip(files, names)])
+        self._point_at(staging, written)
+        return written.to_dict()
+
+    def _point_at(self, staging: Staging, written: Manifest) -> None:
+        """Write the version's manifest, then make it the current one (the commit point).
+
+        Every object of the version is complete by then: a PUT or a move returns once the store holds
+        the whole object, which is an object store's (and HDFS's) durability; there is no fsync to call.
+        The version ``CURRENT`` named before stays until the next build starts (:meth:`new_staging`), so
+        a reader that resolved it a moment ago finishes its reads there.
+        """
         self._put(f"{staging.path}/{MANIFEST}", written.to_json().encode())
-        previous = self.current_version()
         if self.exists(self.path(SUCCESS)):
             self.fs.delete_file(self.path(SUCCESS))
         self._write_current(staging.name)  # the commit point
         self._put(self.path(SUCCESS), b"")
-        if previous and previous != staging.name:
-            self.discard(Staging(self.path(previous), join_uri(self.uri, previous)))
-        return written.to_dict()
+
+    def publish(self, local_out: str) -> dict:
+        """Copy the version committed in the local output ``local_out`` to a new version here and commit
+        it (the in-process build to a URI); returns the manifest. Files keep their names and bytes."""
+        manifest = Manifest.read(local_out)
+        if manifest is None:
+            raise StoreLayoutError(local_out, "no committed build to publish")
+        staging = self.new_staging()
+        try:
+            for name in manifest.names:
+                with open(os.path.join(local_out, INDEX_DIR, name), "rb") as src, \
+                        self.fs.open_output_stream(f"{staging.path}/{INDEX_DIR}/{name}") as dst:
+                    shutil.copyfileobj(src, dst, 8 * 1024**2)
+            self._point_at(staging, manifest)
+        except BaseException:
+            self.discard(staging)
+            raise
+        return manifest.to_dict()
 
     def index_path(self) -> str | None:
         """The committed ``index`` directory's path on ``fs``; None before the first commit."""
@@ -494,7 +547,7 @@ class RemoteOutput:
         version = self.current_version()
         if not version:
             return None
-        where = join_uri(self.uri, version, MANIFEST)
+        where = storage.redact(join_uri(self.uri, version, MANIFEST))
         data = self._get(self.path(version, MANIFEST))
         if data is None:
             raise StoreLayoutError(where, f"missing: {CURRENT_FILE} names a version without a manifest")

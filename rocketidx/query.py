@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.indexfile import IndexFile, open_index_dir, query_offsets
 
 
@@ -42,36 +43,53 @@ def read_messages_at(commitlog, offsets: list[int], *, check_crc: bool = True):
     with a ``body_preview`` column); an offset where no valid message starts becomes a null row."""
     import bisect
 
-    import numpy as np
     import pyarrow as pa
 
-    from rocketidx.layout import REC_BODY_LEN, REC_BODY_POS
-    from rocketidx.messages import MESSAGE_SCHEMA, check_records, records_to_batch
-    from rocketidx.segments import list_segments, open_segment
+    from rocketidx.messages import MESSAGE_SCHEMA
+    from rocketidx.segments import Segment, list_segments
     segments = list_segments(commitlog)
     bases = [s.base_offset for s in segments]
     rows, previews = [], []
-    cache: dict[str, object] = {}
-    for off in offsets:
-        i = bisect.bisect_right(bases, off) - 1
-        row, preview = None, None
-        if i >= 0 and off < segments[i].end_offset:
-            seg = segments[i]
-            buf = cache.get(seg.path) or cache.setdefault(seg.path, open_segment(seg))
-            pos = off - seg.base_offset
-            if seg.size - pos >= L.MIN_RECORD_SIZE:
-                total = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
-                if L.MIN_RECORD_SIZE <= total <= seg.size - pos:
-                    recs, stop = check_records(buf, seg, np.array([pos], np.int64), check_crc=check_crc)
-                    if len(recs):
-                        row = records_to_batch(buf, seg, recs).to_pylist()[0]
-                        body = bytes(buf[recs[0, REC_BODY_POS]:recs[0, REC_BODY_POS] + min(64, recs[0, REC_BODY_LEN])])
-                        preview = _preview(body, bool(row["sys_flag"] & L.SYSFLAG_COMPRESSED))
-        rows.append(row)
-        previews.append(preview)
+    opened: dict[str, storage.RangeFile] = {}
+    try:
+        for off in offsets:
+            row, preview = None, None
+            i = bisect.bisect_right(bases, off) - 1
+            if i >= 0 and off < segments[i].end_offset:
+                seg = segments[i]
+                f = opened.get(seg.path) or opened.setdefault(seg.path, storage.RangeFile(seg.path))
+                row, preview = _message_at(f, seg, off - seg.base_offset, check_crc, Segment)
+            rows.append(row)
+            previews.append(preview)
+    finally:
+        for f in opened.values():
+            f.close()
     empty = {f.name: None for f in MESSAGE_SCHEMA}
     table = pa.Table.from_pylist([r or empty for r in rows], MESSAGE_SCHEMA)
     return table.append_column("body_preview", pa.array(previews, pa.string())), [r is not None for r in rows]
+
+
+def _message_at(f, seg, pos: int, check_crc: bool, Segment):
+    """The message starting ``pos`` bytes into segment ``seg`` (open as ``f``) and its body preview, or
+    (None, None): two ranged reads, its TOTALSIZE and then the record, so that a remote CommitLog
+    costs a message's bytes, not a segment's."""
+    import numpy as np
+
+    from rocketidx.layout import REC_BODY_LEN, REC_BODY_POS
+    from rocketidx.messages import check_records, records_to_batch
+    if seg.size - pos < L.MIN_RECORD_SIZE:
+        return None, None
+    total = int.from_bytes(f.read_at(4, pos), "big", signed=True)
+    if not L.MIN_RECORD_SIZE <= total <= seg.size - pos:
+        return None, None
+    buf = f.read_at(total, pos)
+    one = Segment(seg.path, seg.base_offset + pos, len(buf))  # the record alone, at its own offset
+    recs, _ = check_records(buf, one, np.array([0], np.int64), check_crc=check_crc)
+    if not len(recs):
+        return None, None
+    row = records_to_batch(buf, one, recs).to_pylist()[0]
+    body = bytes(buf[recs[0, REC_BODY_POS]:recs[0, REC_BODY_POS] + min(64, recs[0, REC_BODY_LEN])])
+    return row, _preview(body, bool(row["sys_flag"] & L.SYSFLAG_COMPRESSED))
 
 
 def message_has_key(row: dict, topic: str, key: str) -> bool:

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import resource
-import tempfile
 from dataclasses import asdict, dataclass
 from typing import Generator, Iterable, Iterator, NamedTuple
 
@@ -39,7 +37,7 @@ from rocketidx import layout as L
 from rocketidx.entries import drop_first_entries, rollback_count, scan_entry_chunks
 from rocketidx.messages import (MESSAGE_SCHEMA, STOP_CORRUPT, STOP_END_OF_DATA, STOP_RANGE_END, STOP_SEGMENT_END,
                                 ReadStop, find_first_record, records_to_batch, release_pages, scan_records)
-from rocketidx.paths import is_uri
+from rocketidx import storage
 from rocketidx.segments import Segment, SegmentRange, open_segment
 
 log = logging.getLogger(__name__)
@@ -401,32 +399,9 @@ class SegmentView:
 
     def __init__(self, rng: SegmentRange, fetch_to: int | None = None):
         seg = self.seg = rng.segment
-        if not is_uri(seg.path):
-            self.buf = open_segment(seg)
-            self.hi = seg.size
-            return
-        import mmap
-
-        import pyarrow.fs as pafs
-        fs, remote = pafs.FileSystem.from_uri(seg.path)
-        self.hi = seg.size if fetch_to is None else min(seg.size, fetch_to)
-        local_dir = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
-        fd, tmp = tempfile.mkstemp(prefix="rocketidx-seg-", dir=local_dir)
-        try:
-            os.ftruncate(fd, seg.size)  # sparse: bytes not fetched read as zeros and take no disk
-            with fs.open_input_file(remote) as f:
-                f.seek(rng.start)
-                pos = rng.start
-                while pos < self.hi:
-                    chunk = f.read(min(8 * 1024**2, self.hi - pos))
-                    if not chunk:
-                        break
-                    os.pwrite(fd, chunk, pos)
-                    pos += len(chunk)
-            self.buf = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-            os.unlink(tmp)  # the mapping keeps the bytes; the name must not outlive a killed task
+        remote = storage.is_remote(seg.path)
+        self.hi = seg.size if fetch_to is None or not remote else min(seg.size, fetch_to)
+        self.buf = storage.map_range(seg.path, seg.size, rng.start, self.hi)
 
     @property
     def partial(self) -> bool:
@@ -471,7 +446,7 @@ def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chu
     proved sufficient. ``on_records(segment, records)`` sees every record scanned, before any filter
     (a :class:`rocketidx.timeindex.BlockCollector` keeps the time map this way).
     """
-    fetch_to = rng.end + REMOTE_MARGIN_BYTES if is_uri(rng.segment.path) else None
+    fetch_to = rng.end + REMOTE_MARGIN_BYTES if storage.is_remote(rng.segment.path) else None
     while True:
         view = SegmentView(rng, fetch_to)
         try:

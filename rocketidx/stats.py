@@ -43,8 +43,9 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.errors import ConfigError, CorruptIndexError
-from rocketidx.indexfile import CHUNK_ITEMS, FileRef, IndexFile, iter_items, iter_slots, open_index_dir, pread_exact
+from rocketidx.indexfile import CHUNK_ITEMS, FileRef, IndexFile, iter_items, iter_slots, open_index_dir, read_exact
 from rocketidx.manifest import Manifest
 from rocketidx.keys import slot_of
 
@@ -143,8 +144,7 @@ class FileScan:
 
 
 def _file_stat(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return int(st.st_blocks) * 512, int(st.st_size)  # st_blocks counts 512-byte units on Linux and macOS
+    return storage.footprint(path)
 
 
 def scan_file(ref: FileRef, *, bucket_ms: int, top: int = DEFAULT_TOP, bins: int = DEFAULT_BINS,
@@ -266,13 +266,10 @@ def scan_file(ref: FileRef, *, bucket_ms: int, top: int = DEFAULT_TOP, bins: int
 def _slot_values(path: str, slots: np.ndarray) -> np.ndarray:
     """The slot-table values (chain heads) of a few slots, one positional read each."""
     out = np.empty(len(slots), np.int64)
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    with storage.RangeFile(path) as f:
         for i, s in enumerate(slots.tolist()):
-            raw = pread_exact(fd, L.SLOT.itemsize, L.slots_offset() + s * L.SLOT.itemsize, path)
+            raw = read_exact(f, L.SLOT.itemsize, L.slots_offset() + s * L.SLOT.itemsize)
             out[i] = int(np.frombuffer(raw, L.SLOT)[0])
-    finally:
-        os.close(fd)
     return out
 
 

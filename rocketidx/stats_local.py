@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import stats as core
+from rocketidx import storage
 from rocketidx.errors import StoreLayoutError
 
 DEFAULT_PART_ENTRIES = 16 << 20  # key hashes per merge partition, as on Spark
@@ -144,7 +145,7 @@ def index_bytes(index_dir: str | os.PathLike, hash_slot_num: int | None = None,
                 index_num: int | None = None) -> int:
     """Allocated bytes of an index's files (what a stats pass reads; sparse holes cost nothing)."""
     refs, _ = core.file_refs(str(index_dir), hash_slot_num, index_num)
-    return sum(os.stat(r.path).st_blocks * 512 for r in refs)
+    return sum(storage.footprint(r.path)[0] for r in refs)
 
 
 class LocalIndexStats(StatsResults):

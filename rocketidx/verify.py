@@ -18,14 +18,13 @@ chunk, :mod:`rocketidx.spark.verify` per range group.
 """
 from __future__ import annotations
 
-import errno
-import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.arrays import member_of, unique_counts, unique_sorted
 from rocketidx.errors import StoreLayoutError, CorruptIndexError
 from rocketidx.indexfile import IndexFile, open_index_dir, time_diffs
@@ -87,32 +86,6 @@ class VerifyReport:
                 "files": [asdict(f) for f in self.files], "problems": [asdict(p) for p in self.problems]}
 
 
-def _zero_from_file(path: str, offset: int, end: int) -> int | None:
-    """The first non-zero byte offset in ``[offset, end)`` of a file, or None (holes are skipped)."""
-    with open(path, "rb") as fh:
-        fd = fh.fileno()
-        pos = offset
-        chunk = 8 << 20
-        seek_data = True
-        while pos < end:
-            if seek_data:
-                try:
-                    pos = os.lseek(fd, pos, os.SEEK_DATA)
-                except OSError as e:
-                    if e.errno == errno.ENXIO:  # nothing but holes to the end
-                        return None
-                    seek_data = False  # no SEEK_DATA on this filesystem: read every byte
-            if pos >= end:
-                return None
-            n = min(chunk, end - pos)
-            data = np.frombuffer(os.pread(fd, n, pos), np.uint8)
-            nz = np.flatnonzero(data)
-            if len(nz):
-                return pos + int(nz[0])
-            pos += n
-    return None
-
-
 def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
     """Structure checks of one file; returns its items as arrays for the content checks."""
     name = f.path
@@ -143,7 +116,7 @@ def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
                    f"hashSlotCount {h.hash_slot_count} but {used} slots are non-empty")
     if kh[0] or phy[0] or td[0] or prev[0]:  # the four fields are the item's 20 bytes
         report.add(name, items_at, "item0", "item 0 is not zero (RocketMQ never writes it)")
-    nz = _zero_from_file(f.path, items_at + c * item_size, L.index_file_size(S, N))
+    nz = storage.first_nonzero(f.path, items_at + c * item_size, L.index_file_size(S, N))
     if nz is not None:
         report.add(name, nz, "tail", f"non-zero byte past indexCount {c}")
     if c == 1:

@@ -1,5 +1,6 @@
 """Shared fixtures of every test directory (the reference cases' paths are in refdata.py): the
-reader-path parameter, the hypothesis profile, and one local SparkSession for the whole run.
+reader-path parameter, the hypothesis profile, one local SparkSession and one S3 server (moto, on
+127.0.0.1: tests/s3server.py) for the whole run.
 
 The session is ``local[2]`` with the UI off and small Arrow batches, Python workers on this interpreter;
 tests that take the ``spark`` fixture carry the ``spark`` marker.
@@ -18,6 +19,27 @@ settings.register_profile("rocketidx", deadline=None, derandomize=True, database
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.function_scoped_fixture])
 settings.load_profile("rocketidx")
+
+
+def pytest_configure(config):
+    # Before any Spark JVM starts: its Python workers inherit the test S3 server's endpoint this way.
+    from s3server import configure_environment
+    configure_environment()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server on 127.0.0.1 (tests/s3server.py), for the whole run."""
+    from s3server import S3Server
+    server = S3Server(os.environ["ROCKETIDX_TEST_S3_ENDPOINT"])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> str:
+    """A fresh bucket on the test S3 server, as ``s3://name``."""
+    return f"s3://{s3_server.new_bucket()}"
 
 
 def _reader_native_params():

@@ -43,6 +43,20 @@ def expected_files(case: Path) -> list[Path]:
     return [case / "expected" / "index" / f["name"] for f in files]
 
 
+def case_config(case: Path):
+    """The case's sizes and window as a :class:`rocketidx.config.BuildConfig` (names in UTC)."""
+    from rocketidx.config import BuildConfig
+    c = load_case(case)
+    return BuildConfig(hash_slot_num=c["hashSlotNum"], index_num=c["indexNum"], window_ms=c["windowMillis"],
+                       timezone="UTC")
+
+
+def expected_queries(case: Path) -> list[dict]:
+    """The case's queries with RocketMQ's answers (``offsets``)."""
+    with open(case / "expected" / "queries.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
 def golden_params():
     if not GOLDEN_CASES:
         return [pytest.param(None, marks=pytest.mark.skip(reason="tests/reference/golden not present"))]

@@ -35,7 +35,7 @@ from rocketidx.build import BuildSummary
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
 from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
-from rocketidx.paths import is_uri
+from rocketidx import storage
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
 from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, plan_splits, resolve_stops
@@ -129,7 +129,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     :func:`rocketidx.direct.time_index_dir`; only the direct plan uses it).
     """
     t0 = time.monotonic()
-    commitlog, out = str(commitlog), str(out)
+    commitlog, out = storage.normalize(commitlog), storage.normalize(out)
     output = open_output(out)
     if start_offset is not None:
         if from_offset is not None and from_offset != start_offset:
@@ -161,7 +161,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             t_job = time.monotonic()
             ran = None
             plan_figures: dict = {}
-            if not shuffle and segments and not any(is_uri(s.path) for s in segments):
+            if not shuffle and segments and not any(storage.is_remote(s.path) for s in segments):
                 # Probing needs random access: a remote CommitLog goes by the shuffle plan.
                 plan = plan_tasks(segments, opts, config.window_ms, shuffle_partitions,
                                   spark.sparkContext.defaultParallelism, plan_figures, time_index=tdir)

@@ -222,10 +222,10 @@ def test_the_zero_scan_reads_every_byte_where_seek_data_is_missing(tmp_path, mon
     import errno
     import os
 
-    from rocketidx import verify
+    from rocketidx import storage
     p = tmp_path / "f"
     p.write_bytes(bytes(5000) + b"\x01" + bytes(100))
-    assert verify._zero_from_file(str(p), 0, 5101) == 5000
+    assert storage.first_nonzero(str(p), 0, 5101) == 5000
 
     def no_seek_data(fd, pos, how):
         if how == os.SEEK_DATA:
@@ -233,5 +233,5 @@ def test_the_zero_scan_reads_every_byte_where_seek_data_is_missing(tmp_path, mon
         return real(fd, pos, how)
     real = os.lseek
     monkeypatch.setattr(os, "lseek", no_seek_data)
-    assert verify._zero_from_file(str(p), 0, 5101) == 5000
-    assert verify._zero_from_file(str(p), 5001, 5101) is None
+    assert storage.first_nonzero(str(p), 0, 5101) == 5000
+    assert storage.first_nonzero(str(p), 5001, 5101) is None

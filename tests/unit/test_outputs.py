@@ -1,11 +1,11 @@
 """Build outputs without a JVM: the local layout and the ``OUT/CURRENT`` layout on any filesystem pyarrow.fs
 opens, behind one interface (lock, staging, task files, commit, discard).
 
-:class:`rocketidx.output.RemoteOutput` runs on a ``file://`` URI (pyarrow's LocalFileSystem) and on
-pyarrow's in-memory mock filesystem, which has no symlinks or renames of its own to lean on: the commit
-names files as the local commit does, a second commit replaces the first and drops it, a held lock or a
-failed commit leaves the previous output readable. Then both kinds through the same calls, as the Spark
-build makes them.
+:class:`rocketidx.output.RemoteOutput` runs on the test S3 server (tests/s3server.py: no renames, a
+PUT replaces an object whole) and on pyarrow's LocalFileSystem (a filesystem with renames, as HDFS has):
+the commit names files as the local commit does, a second commit replaces the first and keeps it for
+its readers until the next build starts, a held lock or a failed commit leaves the previous output
+readable. Then both kinds through the same calls, as the Spark build makes them.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from datetime import timezone
 
 import pyarrow.fs as pafs
 import pytest
-from pyarrow._fs import _MockFileSystem
 
 import rocketidx.output as output
+from rocketidx import storage
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo, Header
 from rocketidx.output import (CURRENT_FILE, INDEX_DIR, LOCK, MANIFEST, SUCCESS, LocalOutput, RemoteOutput, TaskFiles,
@@ -39,11 +39,11 @@ def staged_files(write, prefix: str) -> list[FileInfo]:
     return files
 
 
-@pytest.fixture(params=["file", "mock"])
+@pytest.fixture(params=["s3", "renames"])
 def remote(request, tmp_path) -> RemoteOutput:
-    if request.param == "file":
-        return RemoteOutput.from_uri((tmp_path / "out").as_uri())
-    return RemoteOutput(_MockFileSystem(), "bucket/out", "mock://bucket/out")
+    if request.param == "renames":  # pyarrow's LocalFileSystem: not how rocketidx opens a path, but it renames
+        return RemoteOutput(pafs.LocalFileSystem(), str(tmp_path / "out"), str(tmp_path / "out"))
+    return RemoteOutput.from_uri(f"s3://{request.getfixturevalue('s3_server').new_bucket()}/out")
 
 
 def stage(remote: RemoteOutput, prefix: str):
@@ -89,7 +89,8 @@ def test_commit_names_the_files_as_the_local_commit_does_and_points_current_at_t
     assert remote.read_manifest() == expected
 
 
-def test_a_second_commit_replaces_the_first_and_removes_its_version(remote):
+def test_a_second_commit_replaces_the_first_and_keeps_it_until_the_next_build(remote):
+    """A reader that resolved the first version a moment before the second commit reads on there."""
     with remote.lock(settle_s=0):
         first, files = stage(remote, "b1")
         remote.commit(first, files, {}, UTC)
@@ -97,9 +98,12 @@ def test_a_second_commit_replaces_the_first_and_removes_its_version(remote):
         second, files = stage(remote, "b2")
         manifest = remote.commit(second, files, {}, UTC)
     assert remote.current_version() == second.name
-    assert listing(remote) == sorted([CURRENT_FILE, SUCCESS, second.name])
+    assert listing(remote) == sorted([CURRENT_FILE, SUCCESS, first.name, second.name])
     name = manifest["files"][0]["name"]
     assert read(remote, second.name, INDEX_DIR, name).startswith(b"b2:")
+    with remote.lock(settle_s=0):
+        third = remote.new_staging()
+    assert listing(remote) == sorted([CURRENT_FILE, SUCCESS, second.name, third.name])
 
 
 def test_new_staging_removes_versions_current_does_not_name(remote):
@@ -211,7 +215,7 @@ def test_read_manifest_takes_a_uri(tmp_path):
         staging, files = stage(remote, "b1")
         manifest = remote.commit(staging, files, {"version": 1}, UTC)
     assert read_manifest(uri) == read_manifest_uri(uri) == manifest
-    assert read_manifest(tmp_path / "out") is None  # a path still means the local layout
+    assert read_manifest(tmp_path / "out") == manifest  # readers follow CURRENT in a local directory too
 
 
 def test_a_pointer_move_cut_short_is_recovered_not_thrown_away(remote):
@@ -268,12 +272,12 @@ def test_join_uri_keeps_the_query_at_the_end():
 
 # --- one interface for both kinds --------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["local", "file-uri"])
-def test_both_kinds_take_the_same_calls_from_task_files_to_commit(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_both_kinds_take_the_same_calls_from_task_files_to_commit(tmp_path, kind, request):
     """What the Spark build does, through the interface alone: tasks write into attempt directories,
     the driver finds them by size, commits (the task directories go), and a reader sees the manifest."""
     out = tmp_path / "out"
-    target = str(out) if kind == "local" else out.as_uri()
+    target = str(out) if kind == "local" else f"s3://{request.getfixturevalue('s3_server').new_bucket()}/out"
     dest = open_output(target)
     assert isinstance(dest, LocalOutput if kind == "local" else RemoteOutput)
     with dest.lock():
@@ -287,24 +291,28 @@ def test_both_kinds_take_the_same_calls_from_task_files_to_commit(tmp_path, kind
         assert dest.file_size(f"{staging.path}/_tasks/none") is None
         manifest = dest.commit(staging, files, {"version": 1}, UTC, sources=sources)
     assert dest.read_manifest() == manifest == read_manifest(target)
-    version = out / (os.readlink(out / "current") if kind == "local" else (out / CURRENT_FILE).read_text().strip())
-    assert sorted(os.listdir(version)) == sorted([INDEX_DIR, MANIFEST])  # the task directories went before the commit
-    assert sorted(os.listdir(version / INDEX_DIR)) == sorted(f["name"] for f in manifest["files"])
+    version = storage.join(target, os.readlink(out / "current") if kind == "local" else dest.current_version())
+    # the task directories went before the commit
+    assert [e.name for e in storage.listdir(version)] == sorted([INDEX_DIR, MANIFEST])
+    assert [e.name for e in storage.listdir(storage.join(version, INDEX_DIR))] == \
+        sorted(f["name"] for f in manifest["files"])
     for f in manifest["files"]:
-        assert (version / INDEX_DIR / f["name"]).read_bytes().startswith(b"b1:")
+        assert storage.read_bytes(storage.join(version, INDEX_DIR, f["name"])).startswith(b"b1:")
 
 
-@pytest.mark.parametrize("kind", ["local", "file-uri"])
-def test_a_failed_task_removes_what_it_wrote(tmp_path, kind):
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_failed_task_removes_what_it_wrote(tmp_path, kind, request):
     out = tmp_path / "out"
-    dest = open_output(str(out) if kind == "local" else out.as_uri())
+    target = str(out) if kind == "local" else f"s3://{request.getfixturevalue('s3_server').new_bucket()}/out"
+    dest = open_output(target)
     staging = dest.new_staging()
     task = TaskFiles(staging.uri, "_tasks/p00001-t2-y")
     open(os.path.join(task.local, "f"), "wb").write(b"x")
     task.publish(["f"])
+    assert storage.stat(storage.join(staging.uri, "_tasks", "p00001-t2-y", "f")) is not None
     task.discard()
-    assert not os.path.exists(os.path.join(staging.path if kind == "local" else out / staging.name, "_tasks",
-                                           "p00001-t2-y"))
+    assert storage.stat(storage.join(staging.uri, "_tasks", "p00001-t2-y")) is None
+    assert not os.path.exists(task.local)
     dest.discard(staging)
-    assert not os.path.exists(out / staging.name)
+    assert storage.stat(staging.uri) is None
 

@@ -1,0 +1,338 @@
+"""Where bytes live: a local path or a URI, opened through one set of calls.
+
+In: a path string (``/data/store``, ``file:///data/store``, ``s3://bucket/store``, ``hdfs://nn/store``).
+Out: listings, small files read whole, files read by byte range, and read-only mappings of ranges.
+Stays true: this is the one place that decides how a path is opened. A plain path and a ``file://`` URI
+are the local disk (``os`` calls: sparse files, symlinks, ``pread``); any other scheme goes through
+``pyarrow.fs.FileSystem.from_uri``, so credentials and endpoints come from the environment the ecosystem's
+way (``AWS_*`` and ``AWS_ENDPOINT_URL`` for ``s3://``, URI options such as ``?region=``, Hadoop's
+configuration and ``CLASSPATH`` for ``hdfs://``). Nothing here prints or logs a URI's options, which may
+hold keys: :func:`redact` is what a message shows.
+
+Remote reads are counted (:data:`READS`): a query is a few ranged reads of an IndexFile, never a
+download, and ``-v`` and the bench report what it cost.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from rocketidx.paths import is_uri, join_uri
+
+FILE, DIR = "file", "dir"
+FETCH_CHUNK = 8 * 1024**2  # a remote range is copied in pieces of this size
+BLOCK = 4096  # a remote file's small reads are whole blocks of this size, kept for the next read
+CACHED_BLOCKS = 1024  # blocks a remote RangeFile keeps (4 MiB)
+
+
+def normalize(path: str | os.PathLike) -> str:
+    """``path`` as the rest of rocketidx takes it: a ``file://`` URI becomes its local path (so a
+    ``file://`` output is written like any local one: sparse, with the local layout), anything else a
+    string as given."""
+    s = os.fspath(path)
+    if isinstance(s, str) and s[:7].lower() == "file://":
+        u = urlsplit(s)
+        if u.netloc not in ("", "localhost"):
+            from rocketidx.errors import StoreLayoutError
+            raise StoreLayoutError(s, "a file:// URI names a path on this machine (file:///path); "
+                                      f"host {u.netloc!r} is not this one")
+        return unquote(u.path) or "/"
+    return str(s)
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is read through pyarrow.fs (a URI other than ``file://``)."""
+    return is_uri(normalize(path))
+
+
+def redact(path: str | os.PathLike) -> str:
+    """``path`` fit to print, log or store: a URI loses its options (``?access_key=...``) and any
+    ``user:password@`` in its host part."""
+    s = os.fspath(path)
+    if not is_uri(s):
+        return str(s)
+    u = urlsplit(s)
+    host = u.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(u._replace(netloc=host, query="", fragment=""))
+
+
+_FS: dict[tuple[str, str, str], tuple[object, str, str]] = {}
+_FS_LOCK = threading.Lock()
+
+
+def filesystem(uri: str):
+    """``(pyarrow filesystem, its path for uri)``; one filesystem per scheme, host and options, made once
+    (``FileSystem.from_uri`` sets up a client, which a query opening a dozen files should not pay for
+    each time)."""
+    import pyarrow.fs as pafs
+    u = urlsplit(uri)
+    key = (u.scheme.lower(), u.netloc, u.query)
+    here = u.path.rstrip("/")
+    with _FS_LOCK:
+        known = _FS.get(key)
+    if known is not None:
+        fs, first_path, first_fs_path = known
+        if first_fs_path.endswith(first_path):  # the filesystem path is some prefix, then the URI's path
+            return fs, first_fs_path[:len(first_fs_path) - len(first_path)] + here
+    fs, fs_path = pafs.FileSystem.from_uri(uri)
+    fs_path = fs_path.rstrip("/") or fs_path
+    with _FS_LOCK:
+        _FS.setdefault(key, (fs, here, fs_path))
+    return fs, fs_path
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry: ``path`` as the caller opens it again (a local path, or a URI)."""
+
+    name: str
+    path: str
+    kind: str  # FILE or DIR
+    size: int
+
+
+class ReadCounter:
+    """Bytes and requests read from remote storage in this process (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.bytes = 0
+        self.requests = 0
+
+    def add(self, n: int) -> None:
+        with self._lock:
+            self.bytes += n
+            self.requests += 1
+
+    def reset(self) -> None:
+        with self._lock:
+            self.bytes = self.requests = 0
+
+
+READS = ReadCounter()
+
+
+def join(path: str, *parts: str) -> str:
+    """``path`` with ``parts`` appended, as a URI or a local path."""
+    return join_uri(path, *parts) if is_uri(path) else os.path.join(path, *parts)
+
+
+def basename(path: str) -> str:
+    return urlsplit(path).path.rstrip("/").rsplit("/", 1)[-1] if is_uri(path) else os.path.basename(path)
+
+
+def _kind(info) -> str | None:
+    import pyarrow.fs as pafs
+    return {pafs.FileType.File: FILE, pafs.FileType.Directory: DIR}.get(info.type)
+
+
+def stat(path: str | os.PathLike) -> Entry | None:
+    """What is at ``path`` (symlinks followed); None if nothing is."""
+    p = normalize(path)
+    if is_uri(p):
+        fs, fp = filesystem(p)
+        info = fs.get_file_info(fp)
+        kind = _kind(info)
+        return None if kind is None else Entry(basename(p), p, kind, int(info.size or 0) if kind == FILE else 0)
+    try:
+        st = os.stat(p)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    import stat as st_mod
+    kind = DIR if st_mod.S_ISDIR(st.st_mode) else FILE if st_mod.S_ISREG(st.st_mode) else None
+    return None if kind is None else Entry(os.path.basename(p.rstrip("/")) or p, p, kind, st.st_size if kind == FILE else 0)
+
+
+def listdir(path: str | os.PathLike) -> list[Entry]:
+    """The files and directories directly under ``path``, by name (symlinks followed; others skipped)."""
+    p = normalize(path)
+    if is_uri(p):
+        import pyarrow.fs as pafs
+        fs, fp = filesystem(p)
+        out = []
+        for info in fs.get_file_info(pafs.FileSelector(fp)):
+            kind = _kind(info)
+            if kind is not None:
+                out.append(Entry(info.base_name, join_uri(p, info.base_name), kind,
+                                 int(info.size or 0) if kind == FILE else 0))
+        return sorted(out, key=lambda e: e.name)
+    out = []
+    for e in os.scandir(p):
+        try:
+            kind = DIR if e.is_dir() else FILE if e.is_file() else None
+            size = e.stat().st_size if kind == FILE else 0
+        except FileNotFoundError:  # a dangling symlink, or removed while listing
+            continue
+        if kind is not None:
+            out.append(Entry(e.name, e.path, kind, size))
+    return sorted(out, key=lambda e: e.name)
+
+
+def footprint(path: str) -> tuple[int, int]:
+    """(bytes a file takes on its store, its size): a sparse local file takes only its written blocks, a
+    remote object all of its bytes."""
+    if is_remote(path):
+        size = stat(path).size
+        return size, size
+    st = os.stat(normalize(path))
+    return int(st.st_blocks) * 512, int(st.st_size)  # st_blocks counts 512-byte units on Linux and macOS
+
+
+def readlink(path: str) -> str | None:
+    """A local symlink's target; None for anything else (remote stores have no symlinks)."""
+    return os.readlink(path) if not is_uri(path) and os.path.islink(path) else None
+
+
+def read_bytes(path: str | os.PathLike) -> bytes | None:
+    """A small file's bytes (a manifest, a pointer); None if there is no such file."""
+    p = normalize(path)
+    if is_uri(p):
+        if stat(p) is None:  # asked first: not every store maps a missing object to ENOENT
+            return None
+        fs, fp = filesystem(p)
+        with fs.open_input_stream(fp) as f:
+            data = f.read()
+        READS.add(len(data))
+        return data
+    try:
+        with open(p, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+class RangeFile:
+    """A file read by byte ranges: ``pread`` on a local file, ranged GETs (or their HDFS equivalent) on a
+    remote one, each counted in :data:`READS`. Use as a context manager.
+
+    Small remote reads go through a cache of :data:`BLOCK`-byte blocks (at most :data:`CACHED_BLOCKS`):
+    a key query reads a header, a slot and a few chain items, each a request whose latency dwarfs its
+    bytes, and queries that follow one another touch the same header and often the same blocks. Large
+    reads (bulk scans) bypass it.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = normalize(path)
+        self._fd = self._remote = None
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+        if is_uri(self.path):
+            fs, fp = filesystem(self.path)
+            self._remote = fs.open_input_file(fp)
+            self.size = int(self._remote.size())
+        else:
+            self._fd = os.open(self.path, os.O_RDONLY)
+            self.size = os.fstat(self._fd).st_size
+
+    def read_at(self, n: int, offset: int) -> bytes:
+        """Up to ``n`` bytes at ``offset`` (fewer only where the file ends)."""
+        if self._fd is not None:
+            return os.pread(self._fd, n, offset)
+        n = min(n, self.size - offset)
+        if n <= 0:
+            return b""
+        first, last = offset // BLOCK, (offset + n - 1) // BLOCK
+        if last - first > 1:
+            return self._fetch(n, offset)
+        data = b"".join(self._block(b) for b in range(first, last + 1))
+        return data[offset - first * BLOCK:offset - first * BLOCK + n]
+
+    def _block(self, b: int) -> bytes:
+        data = self._blocks.get(b)
+        if data is None:
+            data = self._blocks[b] = self._fetch(min(BLOCK, self.size - b * BLOCK), b * BLOCK)
+            if len(self._blocks) > CACHED_BLOCKS:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(b)
+        return data
+
+    def _fetch(self, n: int, offset: int) -> bytes:
+        data = self._remote.read_at(n, offset)
+        READS.add(len(data))
+        return data
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+            self._blocks.clear()
+
+    def __enter__(self) -> RangeFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def first_nonzero(path: str, offset: int, end: int, chunk: int = FETCH_CHUNK) -> int | None:
+    """The offset of the first non-zero byte in ``[offset, end)`` of a file, or None; read in chunks
+    (bounded memory however large the file), a local file's holes skipped with ``SEEK_DATA``."""
+    import errno
+
+    import numpy as np
+    with RangeFile(path) as f:
+        pos, seek_data = offset, f._fd is not None
+        while pos < end:
+            if seek_data:
+                try:
+                    pos = os.lseek(f._fd, pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno == errno.ENXIO:  # nothing but holes to the end
+                        return None
+                    seek_data = False  # no SEEK_DATA on this filesystem: read every byte
+            if pos >= end:
+                return None
+            data = f.read_at(min(chunk, end - pos), pos)
+            if not data:
+                return None
+            nz = np.flatnonzero(np.frombuffer(data, np.uint8))
+            if len(nz):
+                return pos + int(nz[0])
+            pos += len(data)
+    return None
+
+
+def map_range(path: str | os.PathLike, size: int, lo: int = 0, hi: int | None = None):
+    """A read-only mapping of a file of ``size`` bytes in which at least bytes ``[lo, hi)`` are its own.
+
+    A local file is mapped as it is (empty bytes for an empty file). A remote file's range is copied into
+    a sparse local scratch file first (bytes outside the range read as zeros and take no disk), because
+    the record scanners want one buffer; the scratch file is unlinked at once, so the mapping holds the
+    only reference and a killed process leaves nothing behind. Scratch space: the first of
+    ``SPARK_LOCAL_DIRS``, else the system temp directory.
+    """
+    p = normalize(path)
+    if size == 0:
+        return b""
+    if not is_uri(p):
+        with open(p, "rb") as f:
+            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    hi = size if hi is None else min(size, hi)
+    local_dir = (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
+    fd, tmp = tempfile.mkstemp(prefix="rocketidx-seg-", dir=local_dir)
+    try:
+        os.ftruncate(fd, size)
+        with RangeFile(p) as f:
+            pos = lo
+            while pos < hi:
+                chunk = f.read_at(min(FETCH_CHUNK, hi - pos), pos)
+                if not chunk:
+                    break
+                os.pwrite(fd, chunk, pos)
+                pos += len(chunk)
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+
+
+__all__ = ["DIR", "FILE", "Entry", "READS", "RangeFile", "basename", "filesystem", "first_nonzero", "footprint", "is_remote", "join", "listdir",
+           "map_range", "normalize", "read_bytes", "readlink", "redact", "stat"]
