@@ -1,13 +1,17 @@
 # Two commands do all set-up on a fresh machine (Python 3.10+ and Java 17):
 #   make run    create .venv, generate the sample store, build its index, run example key queries
 #   make test   create .venv and run the test suite
+# and one opens the notebooks:
+#   make notebook   add JupyterLab to .venv (the `notebook` extra), serve notebooks/ on 127.0.0.1:8888
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= sample
+NOTEBOOK_STAMP := $(VENV)/.notebook-stamp
+NOTEBOOK_PORT ?= 8888
 
-.PHONY: setup run test test-fast bench faults refcheck clean
+.PHONY: setup run test test-fast notebook bench faults refcheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +20,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Its own stamp, so `make test` never installs a Jupyter server; redone when pyproject.toml changes.
+$(NOTEBOOK_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install --quiet -e '.[notebook]'
+	touch $(NOTEBOOK_STAMP)
+
+# Jupyter refuses to run as root unless told; root is the usual user in a container, and the server
+# listens on 127.0.0.1 only, behind its token.
+notebook: $(NOTEBOOK_STAMP)
+	@echo "JupyterLab serves notebooks/ on http://127.0.0.1:$(NOTEBOOK_PORT)/lab: open the URL with its token, printed below (Ctrl-C stops it)"
+	$(BIN)/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(NOTEBOOK_PORT) \
+	    --ServerApp.port_retries=0 --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 run: $(STAMP)
 	$(BIN)/rocketidx demo --dir $(SAMPLE)
