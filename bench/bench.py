@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     DATA.mkdir(exist_ok=True)
     (DATA / "results-core.json").write_text(json.dumps(results, indent=2) + "\n")
     # The other benchmarks, each in its own process; --no-spark keeps to the core (and the core backfill).
-    later = [["bench_backfill.py"] + (["--no-spark"] if a.no_spark else [])]
+    later = [["bench_backfill.py"] + (["--no-spark"] if a.no_spark else []), ["bench_remote.py"]]
     if not a.no_spark:
         later += [["bench_engine.py"], ["bench_stats.py"]]
     for script, *args in later:

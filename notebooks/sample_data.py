@@ -1,8 +1,8 @@
 """Paths for the notebooks: the parameters as given, or the sample store that ``make run`` generates.
 
-In: the notebook's STORE / INDEX / COMMITLOG parameters (absolute, or relative to the repository root).
-Out: absolute paths of a store, its index (a build output) and the CommitLog, and whether the small
-fallback sample was generated.
+In: the notebook's STORE / INDEX / COMMITLOG parameters: a URI (``s3://...``, ``hdfs://...``, ``file://...``),
+or a path, absolute or relative to the repository root. Out: the store, its index (a build output) and
+the CommitLog, as absolute paths or the URIs given, and whether the small fallback sample was generated.
 Stays true: a notebook always has something to show. When the index is missing, a small store
 (20,000 messages over 6 hours) is generated and built under ``sample/notebook/`` once; the store that
 ``make run`` generates is left alone.
@@ -24,19 +24,25 @@ def repo_root(start: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class SamplePaths:
-    store: Path
-    index: Path
-    commitlog: Path | None
+    store: Path | str  # a local path, or the URI given
+    index: Path | str
+    commitlog: Path | str | None
     generated: bool
 
 
 def resolve_paths(store: str | None, index: str | None, commitlog: str | None, *, use_commitlog: bool = True
                   ) -> SamplePaths:
+    from rocketidx import storage
     root = repo_root()
-    absolute = lambda p: None if p is None else (Path(p) if Path(p).is_absolute() else root / p)  # noqa: E731
+
+    def absolute(p: str | None) -> Path | str | None:
+        if p is None or storage.is_remote(p):
+            return p
+        p = Path(storage.normalize(p))
+        return p if p.is_absolute() else root / p
     store_p, index_p = absolute(store), absolute(index)
     commitlog_p = absolute(commitlog) if commitlog is not None else (store_p if use_commitlog else None)
-    if index_p is not None and index_p.exists():
+    if index_p is not None and storage.stat(str(index_p)) is not None:
         return SamplePaths(store_p, index_p, commitlog_p, False)
     from rocketidx.build import build_index
     from rocketidx.config import BuildConfig

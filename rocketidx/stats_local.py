@@ -96,7 +96,7 @@ class StatsResults:
         total_slots = chains.groupby("chain_length")["slots"].sum()
         p50, p90, p99 = core.histogram_percentiles(total_slots.index.to_numpy(), total_slots.to_numpy())
         out = {
-            "index": self.index_dir, "files": len(files), "entries": entries,
+            "index": storage.redact(self.index_dir), "files": len(files), "entries": entries,
             "windows": int(files["window_id"].nunique()) if files["window_id"].notna().any() else None,
             "hash_slot_num": int(files["hash_slot_num"].iloc[0]) if len(files) else None,
             "index_num": int(files["index_num"].iloc[0]) if len(files) else None,

@@ -72,6 +72,7 @@ class VerifyReport:
         offsets = np.atleast_1d(np.asarray(offsets, np.int64))
         if len(offsets) == 0:
             return
+        file = storage.redact(file)  # a URI's user part and options may hold keys
         self.counts[kind] += len(offsets)
         for i, off in enumerate(offsets[:MAX_LISTED_PER_KIND].tolist()):
             d = detail[i] if isinstance(detail, (list, tuple)) else detail

@@ -1,7 +1,8 @@
 """The notebooks run headless against a generated store: no cell may fail, every figure must be drawn.
 
 Both notebooks run in one kernel (one JVM start instead of two). Their parameters cell is rewritten to point
-at the store of the ``small_store`` fixture and, for index_stats.ipynb, to save its figures in tmp_path. The
+at the store of the ``small_store`` fixture and, for index_stats.ipynb, to save its figures in tmp_path;
+commitlog_sql.ipynb reads a copy of that store, and its build, on the test S3 server (``s3://`` parameters). The
 figures are checked as images: PNG signature, over 1 KB, and not a single flat colour.
 """
 from __future__ import annotations
@@ -42,13 +43,22 @@ def test_notebooks_are_committed_without_outputs():
                 assert cell.outputs == [] and cell.execution_count is None, f"{path.name} has outputs"
 
 
-def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path):
+def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path, s3_server):
     from nbclient import NotebookClient
+
+    from rocketidx.build import build_index
+    from rocketidx.output import read_manifest
+    from rocketidx.config import BuildConfig
     store, out = small_store
+    remote = f"s3://{s3_server.new_bucket()}"
+    s3_server.upload_dir(str(store / "commitlog"), f"{remote}/store/commitlog")
+    m = read_manifest(out)
+    build_index(store, f"{remote}/out", BuildConfig(hash_slot_num=m["hash_slot_num"], index_num=m["index_num"],
+                                                   window_ms=m["window_ms"], timezone=m["timezone"]))
     figs = tmp_path / "figures"
     stats_nb = with_parameters(NOTEBOOKS / "index_stats.ipynb", STORE=str(store), INDEX=str(out), FIG_DIR=str(figs),
                                TOP=5, SPARK_MASTER="local[2]", SPARK_CONF=QUIET)
-    sql_nb = with_parameters(NOTEBOOKS / "commitlog_sql.ipynb", STORE=str(store), INDEX=str(out),
+    sql_nb = with_parameters(NOTEBOOKS / "commitlog_sql.ipynb", STORE=f"{remote}/store", INDEX=f"{remote}/out",
                              SPARK_MASTER="local[2]", SPARK_CONF=QUIET)
     resources = {"metadata": {"path": str(NOTEBOOKS)}}  # the notebooks import sample_data from their folder
     first = NotebookClient(stats_nb, timeout=600, kernel_name="python3", resources=resources)
@@ -74,5 +84,7 @@ def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path):
     assert all(name in last for name in FIGURES)
     lookup = [c for c in stats_nb.cells if "query_offsets(" in c.source][0]
     assert "offset(s), newest first" in "".join(o.get("text", "") for o in lookup.outputs)
+    said = "".join(o.get("text", "") for c in sql_nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "not found" not in said  # it read the S3 copy, not a fallback sample
     tables = [c for c in sql_nb.cells if c.cell_type == "code" and any("text/html" in o.get("data", {}) for o in c.outputs)]
     assert len(tables) >= 5, "each SQL cell shows its result"
