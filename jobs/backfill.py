@@ -8,7 +8,7 @@ file by file (replaced files and the old checkpoint moved to ``STORE/index.backu
 checkpoint's indexMsgTimestamp updated. Exit code 0 done (or nothing to do), 1 the rebuild failed on
 its input or did not verify, 2 it could not run (arguments, paths, a running broker holding the lock).
 
-    python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
+    .venv/bin/python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
 
     spark-submit --master yarn --deploy-mode client \\
         --py-files dist/rocketidx.zip \\

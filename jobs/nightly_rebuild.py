@@ -6,7 +6,7 @@ Out: ``OUT/index/``, ``OUT/_manifest.json``, ``OUT/_SUCCESS`` swapped in atomica
 stdout. Exit code 0 done, 1 the build failed on its input, 2 it could not run (arguments, paths, lock).
 
     # package rocketidx's Python sources once (executors import them from the zip)
-    python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
+    .venv/bin/python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
 
     spark-submit --master yarn --deploy-mode client \\
         --py-files dist/rocketidx.zip \\

@@ -17,7 +17,7 @@ import time
 from rocketidx import layout as L
 from rocketidx import storage
 from rocketidx.errors import RocketIdxError, StoreLayoutError
-from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
+from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, duration_arg, size_arg, time_arg
 
 
 def _add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str | None, engine_flag: bool) -> None:
@@ -37,8 +37,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                         engine_flag: bool = True) -> None:
     """The build's flags, for ``rocketidx build`` and ``jobs/nightly_rebuild.py`` alike (``conf``/``spark_conf``:
     their defaults; ``engine_flag``: offer ``--in-process``, which a spark-submit job does not)."""
-    b.add_argument("--commitlog", required=True, help="CommitLog directory, or a store holding commitlog/")
-    b.add_argument("--out", required=True)
+    b.add_argument("--commitlog", required=True,
+                   help="CommitLog directory, or a store holding commitlog/ (a path or a URI: s3://, hdfs://...)")
+    b.add_argument("--out", required=True, help="output directory (a path or a URI); OUT/index, OUT/_manifest.json")
     b.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
                    help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
     b.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
@@ -110,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
-    d.add_argument("--messages", type=count_arg("--messages"), default=300_000)
+    d.add_argument("--messages", type=count_arg("--messages"), default=300_000,
+                   help="messages in the sample store when it is generated (default 300000)")
     d.add_argument("--master", default="local[*]", help="Spark master for the comparison run (default local[*])")
     d.add_argument("--in-process", action="store_true", help="build in process only, skip the Spark comparison")
 
@@ -118,10 +120,10 @@ def _parser() -> argparse.ArgumentParser:
         "backfill", help="rebuild the index range a crashed broker lost, into its stopped store"))
 
     v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content")
-    v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
+    v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
-    v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None)
-    v.add_argument("--index-num", type=count_arg("--index-num"), default=None)
+    v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
+    v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.add_argument("--in-process", action="store_true", help="check in this process, no Spark")
@@ -135,7 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     timeindex_cli.add_parser(sub)
 
     q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
-    q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index)")
+    q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
     q.add_argument("--store", help="a broker store: its index/ answers, its commitlog/ backs --show/--exact")
     q.add_argument("--commitlog", help="CommitLog for --show/--exact when --index is given")
     q.add_argument("--show", action="store_true", help="decode the messages found (a table; JSON lines with --json)")
@@ -145,11 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--topic")
     q.add_argument("--key")
     q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
-    q.add_argument("--begin", type=int, default=0)
-    q.add_argument("--end", type=int, default=2**63 - 1)
-    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH)
-    q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None)
-    q.add_argument("--index-num", type=count_arg("--index-num"), default=None)
+    q.add_argument("--begin", type=int, default=0, help="earliest store time, epoch ms (default 0)")
+    q.add_argument("--end", type=int, default=2**63 - 1, help="latest store time, epoch ms (default: no end)")
+    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
+                   help=f"most offsets per key (default and cap {L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker)")
+    q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
+    q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
     return p
 
 

@@ -142,4 +142,5 @@ class Manifest:
         return None if data is None else cls.from_json(data, storage.redact(p))
 
 
-__all__ = ["CURRENT", "CURRENT_FILE", "INDEX_DIR", "MANIFEST", "VERSION_PREFIX", "MANIFEST_VERSION", "Manifest", "ManifestFile"]
+__all__ = ["CURRENT", "CURRENT_FILE", "INDEX_DIR", "MANIFEST", "MANIFEST_VERSION", "VERSION_PREFIX", "Manifest",
+           "ManifestFile"]

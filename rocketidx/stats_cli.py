@@ -31,12 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stats", help="index health and sizing statistics (in process or on Spark)",
                               description="How full each file is, chain lengths, key-hash collisions, hot keys, "
                                           "traffic per time bucket, and the hashSlotNum/indexNum that fit it.")
-    p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index)")
+    p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
     p.add_argument("--commitlog", help="CommitLog (or store) directory: topics, key strings, true collisions")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary and every table)")
-    p.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None,
-                   help="sizes of a bare directory (default: manifest, else what the files tell, else the broker's)")
-    p.add_argument("--index-num", type=count_arg("--index-num", 1), default=None)
+    from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP
+    p.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
+    p.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     p.add_argument("--bucket", type=duration_arg("--bucket", 1), default=None,
                    help="time bucket, e.g. 10m or 1h (default: ~96 buckets over the index's span)")
     p.add_argument("--top", type=count_arg("--top", 1), default=10,

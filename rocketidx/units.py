@@ -19,6 +19,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
 
 from rocketidx.errors import ConfigError
+from rocketidx.layout import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM
+
+# Every reader takes each size from the flag, else the manifest, else the files (indexfile.open_index_dir).
+HASH_SLOTS_HELP = ("hashSlotNum of the files (default: the manifest, else what the files tell, else the broker's "
+                   f"{DEFAULT_HASH_SLOT_NUM})")
+INDEX_NUM_HELP = ("indexNum of the files (default: the manifest, else what the files tell, else the broker's "
+                  f"{DEFAULT_INDEX_NUM})")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")

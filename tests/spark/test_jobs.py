@@ -66,7 +66,8 @@ def test_killing_the_driver_mid_write_leaves_the_previous_output_answering(spark
             assert time.monotonic() < deadline, "no writer task started"
             time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and Python workers: one process group
+        # The driver's group; its JVM, in a group of its own, ends at EOF on its pipe.
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     assert "FINISHED" not in proc.stdout.read()
     assert (out / "_SUCCESS").exists()

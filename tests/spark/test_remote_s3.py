@@ -1,7 +1,7 @@
 """The Spark build against the test S3 server (tests/s3server.py): every golden case from an ``s3://``
 CommitLog into an ``s3://`` output on ``local[2]`` is byte-identical and answers remote queries; Spark's
-verify and stats read the remote output; a killed build leaves the previous remote output readable; two
-builds racing for one output never both commit."""
+verify and stats read the remote output; a killed build leaves the previous remote output readable. (Two
+builds racing for one remote output: tests/unit/test_remote_store.py, with in-process builds.)"""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ import time
 import pytest
 
 from s3server import assert_golden_output, committed_files
-from refdata import GOLDEN_CASES, case_config, expected_files, expected_queries, golden_params, load_case
+from refdata import GOLDEN_CASES, case_config, expected_queries, golden_params, load_case
 
 from rocketidx import storage
 from rocketidx.output import read_manifest
@@ -56,23 +56,26 @@ def test_spark_verify_and_stats_read_a_remote_output(spark, s3_server, capsys):
     assert on_spark == local
 
 
-def _build_cmd(commitlog: str, out: str, case) -> list[str]:
+def _build_args(commitlog: str, out: str, case) -> list[str]:
     c = load_case(case)
-    return [sys.executable, "-m", "rocketidx.cli", "build", "--commitlog", commitlog, "--out", out,
-            "--master", "local[2]", "--split-bytes", "65536", "--hash-slots", str(c["hashSlotNum"]),
+    return ["build", "--commitlog", commitlog, "--out", out, "--hash-slots", str(c["hashSlotNum"]),
             "--index-num", str(c["indexNum"]), "--window", str(c["windowMillis"]), "--timezone", "UTC"]
 
 
 def test_a_killed_spark_build_leaves_the_previous_remote_output_readable(s3_server):
+    """The previous output and the reruns are in-process builds (same bytes, no JVM to start); the build
+    killed is a Spark driver's process group, once its lock object is written and its tasks under way."""
+    from rocketidx.cli import main
     case = GOLDEN_CASES[0]
     bucket = s3_server.new_bucket()
     commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
     s3_server.upload_dir(str(case / "commitlog"), commitlog)
-    assert subprocess.run(_build_cmd(commitlog, out, case), capture_output=True).returncode == 0
+    args = _build_args(commitlog, out, case)
+    assert main(args + ["--in-process"]) == 0
     first = read_manifest(out)
     before = committed_files(out)
-    proc = subprocess.Popen(_build_cmd(commitlog, out, case), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rocketidx.cli", *args, "--master", "local[2]", "--split-bytes",
+                             "65536"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     lock = storage.join(out, ".lock")
     deadline = time.monotonic() + 120
     while storage.stat(lock) is None and proc.poll() is None and time.monotonic() < deadline:
@@ -84,23 +87,7 @@ def test_a_killed_spark_build_leaves_the_previous_remote_output_readable(s3_serv
     assert read_manifest(out) == first and committed_files(out) == before
     q = expected_queries(case)[0]
     assert query_offsets(open_index(out), q["topic"], q["key"], q["begin"], q["end"], q["maxNum"]) == q["offsets"]
-    rerun = subprocess.run(_build_cmd(commitlog, out, case), capture_output=True, text=True)
-    assert rerun.returncode == 2 and "delete it and run again" in rerun.stderr  # the killed driver's lock
+    assert main(args + ["--in-process"]) == 2  # the killed driver's lock object stays: its error says so
     storage.filesystem(lock)[0].delete_file(storage.filesystem(lock)[1])
-    assert subprocess.run(_build_cmd(commitlog, out, case), capture_output=True).returncode == 0
+    assert main(args + ["--in-process"]) == 0
     assert committed_files(out) == before
-
-
-def test_two_builds_racing_for_one_remote_output_never_both_commit(s3_server):
-    case = GOLDEN_CASES[0]
-    bucket = s3_server.new_bucket()
-    commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
-    s3_server.upload_dir(str(case / "commitlog"), commitlog)
-    cmd = _build_cmd(commitlog, out, case)
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    results = [(p.wait(), p.stderr.read()) for p in procs]
-    codes = sorted(rc for rc, _ in results)
-    assert codes == [0, 2], results
-    loser = next(err for rc, err in results if rc == 2)
-    assert "another rocketidx build is writing this output" in loser
-    assert [g for g in committed_files(out)] == [e.read_bytes() for e in expected_files(case)]

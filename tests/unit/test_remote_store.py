@@ -197,3 +197,22 @@ def test_the_scratch_output_of_a_remote_build_is_removed(s3_server, tmp_path, mo
     build_index(case / "commitlog", f"s3://{s3_server.new_bucket()}/out", case_config(case))
     assert os.listdir(tmp_path / "scratch") == []
     shutil.rmtree(tmp_path / "scratch")
+
+
+def test_two_builds_racing_for_one_remote_output_never_both_commit(s3_server):
+    """Two processes start a build of one s3:// output at once: the lock object lets one through."""
+    import subprocess
+    import sys
+    case = GOLDEN_CASES[0]
+    bucket = s3_server.new_bucket()
+    commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
+    s3_server.upload_dir(str(case / "commitlog"), commitlog)
+    cfg = case_config(case)
+    cmd = [sys.executable, "-m", "rocketidx.cli", "build", "--commitlog", commitlog, "--out", out, "--in-process",
+           "--hash-slots", str(cfg.hash_slot_num), "--index-num", str(cfg.index_num), "--window", str(cfg.window_ms),
+           "--timezone", "UTC"]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 2], results
+    assert "another rocketidx build is writing this output" in next(err for rc, err in results if rc == 2)
+    assert committed_files(out) == [e.read_bytes() for e in expected_files(case)]
