@@ -75,14 +75,15 @@ def filesystem(uri: str):
     here = u.path.rstrip("/")
     with _FS_LOCK:
         known = _FS.get(key)
-    if known is not None:
+    if known is not None and here:
         fs, first_path, first_fs_path = known
-        if first_fs_path.endswith(first_path):  # the filesystem path is some prefix, then the URI's path
-            return fs, first_fs_path[:len(first_fs_path) - len(first_path)] + here
+        return fs, first_fs_path[:len(first_fs_path) - len(first_path)] + here
     fs, fs_path = pafs.FileSystem.from_uri(uri)
     fs_path = fs_path.rstrip("/") or fs_path
-    with _FS_LOCK:
-        _FS.setdefault(key, (fs, here, fs_path))
+    # Kept when the filesystem path is some prefix (an S3 bucket; nothing on HDFS) and then the URI's path.
+    if here and fs_path.endswith(here):
+        with _FS_LOCK:
+            _FS.setdefault(key, (fs, here, fs_path))
     return fs, fs_path
 
 
@@ -120,6 +121,14 @@ READS = ReadCounter()
 def join(path: str, *parts: str) -> str:
     """``path`` with ``parts`` appended, as a URI or a local path."""
     return join_uri(path, *parts) if is_uri(path) else os.path.join(path, *parts)
+
+
+def parent(path: str) -> str:
+    """The directory holding ``path`` (a URI's options kept)."""
+    if not is_uri(path):
+        return os.path.dirname(os.path.abspath(path))
+    u = urlsplit(path)
+    return urlunsplit(u._replace(path=u.path.rstrip("/").rsplit("/", 1)[0]))
 
 
 def basename(path: str) -> str:
@@ -335,4 +344,4 @@ def map_range(path: str | os.PathLike, size: int, lo: int = 0, hi: int | None = 
 
 
 __all__ = ["DIR", "FILE", "Entry", "READS", "RangeFile", "basename", "filesystem", "first_nonzero", "footprint", "is_remote", "join", "listdir",
-           "map_range", "normalize", "read_bytes", "readlink", "redact", "stat"]
+           "map_range", "normalize", "parent", "read_bytes", "readlink", "redact", "stat"]

@@ -63,6 +63,7 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import layout as L
+from rocketidx import storage
 from rocketidx.arrays import pack
 from rocketidx.indexfile import FileRef, IndexFile, iter_items, open_index_dir
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register, resolve_split_stops
@@ -237,7 +238,8 @@ def _open_files(files: Sequence[IndexFile | str | os.PathLike], hash_slot_num: i
     out = []
     for f in files:
         if not isinstance(f, IndexFile):
-            parent = os.path.dirname(os.path.abspath(f))
+            f = storage.normalize(f)
+            parent = storage.parent(f)
             if parent not in sizes:
                 d = open_index_dir(parent, hash_slot_num, index_num)
                 sizes[parent] = (d.hash_slot_num, d.index_num)

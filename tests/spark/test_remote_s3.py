@@ -48,6 +48,11 @@ def test_spark_verify_and_stats_read_a_remote_output(spark, s3_server, capsys):
     core = json.loads(capsys.readouterr().out)
     assert main(args + ["--spark", "--split-bytes", "65536"]) == 0
     assert json.loads(capsys.readouterr().out) == core and core["clean"]
+    from rocketidx.indexfile import open_index_dir
+    from rocketidx.spark.verify import verify_index_spark
+    d = open_index_dir(out)  # the files by URI, sized from the directory they are in
+    by_uri = verify_index_spark(d.paths, spark=spark, split_bytes=65_536)
+    assert by_uri.clean and len(by_uri.files) == len(d.paths)
     assert main(["stats", "--index", out, "--json", "--in-process"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert main(["stats", "--index", out, "--json", "--master", "local[2]"]) == 0

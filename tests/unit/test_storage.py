@@ -97,3 +97,14 @@ def test_a_remote_range_mapping_holds_the_range_and_zeros_elsewhere(tmp_path, s3
     s3_server.upload_dir(local, uri)
     buf = storage.map_range(storage.join(uri, "a.bin"), 1024, 300, 310)
     assert len(buf) == 1024 and bytes(buf[300:310]) == bytes(range(44, 54)) and not any(buf[:300])
+
+
+def test_a_filesystem_is_made_once_per_store_and_paths_map_as_from_uri_maps_them(s3_server):
+    import pyarrow.fs as pafs
+    bucket = s3_server.new_bucket()
+    for uri in (f"s3://{bucket}", f"s3://{bucket}/", f"s3://{bucket}/a/b", f"s3://{bucket}/a/b/", f"s3://{bucket}/c"):
+        fs, path = storage.filesystem(uri)
+        assert path == pafs.FileSystem.from_uri(uri)[1].rstrip("/"), uri
+    assert storage.filesystem(f"s3://{bucket}/x")[0] is storage.filesystem(f"s3://{bucket}/y/z")[0]
+    for uri in ("file:///", "file:///tmp", "file:///tmp/a/"):
+        assert storage.filesystem(uri)[1] == (pafs.FileSystem.from_uri(uri)[1].rstrip("/") or "/"), uri
