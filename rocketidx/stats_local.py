@@ -159,7 +159,7 @@ class LocalIndexStats(StatsResults):
         import pandas as pd
         refs, manifest = core.file_refs(index_dir, hash_slot_num, index_num)
         if not refs:
-            raise StoreLayoutError(index_dir, "no IndexFiles found")
+            raise StoreLayoutError(storage.redact(index_dir), "no IndexFiles found")
         if commitlog is not None:
             from rocketidx.segments import list_segments
             list_segments(commitlog)  # a typed error naming the path before any work

@@ -706,7 +706,7 @@ def open_for_verify(index_dir, hash_slot_num: int | None, index_num: int | None,
     directory's manifest (None for a bare directory)."""
     d = open_index_dir(index_dir, hash_slot_num, index_num)
     if not d.paths and d.manifest is None:
-        raise StoreLayoutError(str(index_dir), "no IndexFiles found (nothing to verify)")
+        raise StoreLayoutError(storage.redact(str(index_dir)), "no IndexFiles found (nothing to verify)")
     files = []
     for path in d.paths:
         try:

@@ -56,6 +56,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from rocketidx import stats as core
+from rocketidx import storage
 from rocketidx.arrays import pack
 from rocketidx.errors import ConfigError, StoreLayoutError
 from rocketidx.indexfile import FileRef
@@ -617,7 +618,7 @@ def index_stats(spark, index_dir: str | os.PathLike, commitlog: str | os.PathLik
     index_dir = str(index_dir)
     refs, manifest = core.file_refs(index_dir, hash_slot_num, index_num)
     if not refs:
-        raise StoreLayoutError(index_dir, "no IndexFiles found")
+        raise StoreLayoutError(storage.redact(index_dir), "no IndexFiles found")
     if commitlog is not None:
         from rocketidx.segments import list_segments
         list_segments(commitlog)  # a typed error naming the path, before any Spark job

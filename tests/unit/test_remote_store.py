@@ -216,3 +216,15 @@ def test_two_builds_racing_for_one_remote_output_never_both_commit(s3_server):
     assert sorted(rc for rc, _ in results) == [0, 2], results
     assert "another rocketidx build is writing this output" in next(err for rc, err in results if rc == 2)
     assert committed_files(out) == [e.read_bytes() for e in expected_files(case)]
+
+
+def test_query_store_show_reads_a_remote_broker_store(s3_server, capsys):
+    """``query --store s3://...``: the store's index/ answers, its commitlog/ backs --show."""
+    case = GOLDEN_CASES[0]
+    store = f"s3://{s3_server.new_bucket()}/store"
+    s3_server.upload_dir(str(case / "commitlog"), f"{store}/commitlog")
+    build_index(f"{store}/commitlog", f"{store}/index", case_config(case))
+    q = expected_queries(case)[0]
+    assert main(["query", "--store", store, "--topic", q["topic"], "--key", q["key"], "--show", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["phy_offset"] for r in rows] == q["offsets"] and all(r["topic"] == q["topic"] for r in rows)
