@@ -64,7 +64,9 @@ def _run(a) -> int:
     from rocketidx.stats import SizingTargets, file_refs
     # Everything that can be checked without Spark is checked first: a JVM takes seconds to start.
     targets = SizingTargets(a.target_chain, a.target_files_per_day, a.headroom)
-    file_refs(a.index, a.hash_slots, a.index_num)
+    refs, manifest = file_refs(a.index, a.hash_slots, a.index_num)
+    if not refs and manifest is not None:
+        return _empty_build(a, manifest)
     engine = stats_engine(a)
     kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, bucket_ms=a.bucket, top=a.top, targets=targets,
               check_crc=not a.no_crc)
@@ -85,6 +87,20 @@ def _run(a) -> int:
     else:
         print_stats(summary, tables)
         print(f"\nengine: {engine.name} ({engine.reason})")
+    return 0
+
+
+def _empty_build(a, manifest) -> int:
+    """A build output that committed no IndexFile (its log held no indexable message, e.g. a zero first
+    TOTALSIZE): an index with nothing in it, as ``verify`` and ``query`` see it, not an error."""
+    from rocketidx import storage
+    summary = {"index": storage.redact(a.index), "files": 0, "entries": 0, "messages": manifest.header.get("messages"),
+               "hash_slot_num": manifest.hash_slot_num, "index_num": manifest.index_num}
+    if a.json:
+        print(json.dumps({"summary": summary, "engine": None}))
+    else:
+        print(f"index: {summary['index']}: an empty build output (0 IndexFiles, 0 entries; "
+              f"{summary['messages'] or 0:,} messages read)")
     return 0
 
 

@@ -27,6 +27,25 @@ def test_bad_targets_exit_2(tmp_path, capsys):
     assert "target_mean_chain" in capsys.readouterr().err
 
 
+def test_an_empty_build_output_is_an_empty_index_not_an_error(tmp_path, capsys):
+    """A log whose first TOTALSIZE is 0 builds an output of no IndexFile: verify says clean, query
+    answers [], and stats reports an index with nothing in it (it used to exit 2)."""
+    from rocketidx.build import build_index
+    from rocketidx.config import BuildConfig
+    log = tmp_path / "commitlog"
+    log.mkdir()
+    (log / f"{0:020d}").write_bytes(bytes(64 * 1024))
+    build_index(log, tmp_path / "out", BuildConfig(hash_slot_num=101, index_num=400, timezone="UTC"))
+    assert run(["stats", "--index", str(tmp_path / "out"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert (summary["files"], summary["entries"], summary["hash_slot_num"]) == (0, 0, 101)
+    assert run(["stats", "--index", str(tmp_path / "out")]) == 0
+    assert "empty build output" in capsys.readouterr().out
+    (tmp_path / "bare").mkdir()
+    assert run(["stats", "--index", str(tmp_path / "bare")]) == 2  # a directory of nothing is still an error
+    assert "no IndexFiles found" in capsys.readouterr().err
+
+
 def test_format_table_aligns_and_formats():
     text = stats_cli.format_table([{"name": "a", "n": 1234, "r": 0.5, "t": 0}, {"name": "bb", "n": None, "r": 1.0, "t": None}],
                                   [("name", "name", "s"), ("n", "count", "i"), ("r", "fill", "%"), ("t", "time", "t")])
