@@ -27,7 +27,7 @@ from rocketidx import layout as L
 from rocketidx import storage
 from rocketidx.errors import ConfigError, CorruptIndexError, StoreLayoutError
 from rocketidx.keys import key_hash_py, slot_of
-from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile
+from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, Manifest, ManifestFile, version_named
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
 CHUNK_ITEMS = 1 << 20  # items per read: 20 MiB, large enough that per-chunk numpy overhead vanishes
@@ -424,15 +424,14 @@ class IndexFile:
         self.path = storage.normalize(path)
         self.hash_slot_num, self.index_num = hash_slot_num, index_num
         expected = L.index_file_size(hash_slot_num, index_num)
-        found = storage.stat(self.path)
-        if found is None or found.kind != storage.FILE:
-            raise FileNotFoundError(2, "No such file", storage.redact(self.path))
-        if found.size != expected:
+        remote = storage.RangeFile(self.path) if storage.is_remote(self.path) else None  # its size: one request
+        size = remote.size if remote is not None else os.path.getsize(self.path)
+        if size != expected:
             raise CorruptIndexError(storage.redact(self.path), 0,
-                                    f"file size {found.size} != 40 + 4*{hash_slot_num} + 20*{index_num} "
+                                    f"file size {size} != 40 + 4*{hash_slot_num} + 20*{index_num} "
                                     f"= {expected}; wrong --hash-slots/--index-num?")
-        if storage.is_remote(self.path):
-            f = storage.RangeFile(self.path)
+        if remote is not None:
+            f = remote
             head = read_exact(f, L.INDEX_HEADER.itemsize, 0)
             self.header = Header.from_array(np.frombuffer(head, L.INDEX_HEADER)[0])
             self.slots = _RangedTable(f, L.slots_offset(), L.SLOT, hash_slot_num, CHUNK_SLOTS)
@@ -584,7 +583,7 @@ def _pinned(p: str) -> str:
     from one version even while a build swaps it: the local layout's ``OUT/current`` symlink, or the
     remote layout's ``OUT/CURRENT`` file (a URI, or a ``file://`` output written by an earlier release);
     any other directory as it is."""
-    parent = p.rstrip("/").rsplit("/", 1)[0] if storage.basename(p) == INDEX_DIR else None
+    parent = storage.parent(p) if storage.basename(p) == INDEX_DIR else None
     for root in (p, parent):
         if root is None:
             continue
@@ -595,11 +594,7 @@ def _pinned(p: str) -> str:
         pointer = storage.read_bytes(storage.join(root, CURRENT_FILE)) \
             if storage.stat(storage.join(root, MANIFEST)) is None else None
         if pointer is not None:
-            name = pointer.decode(errors="replace").strip()
-            if not name.startswith(VERSION_PREFIX) or "/" in name:
-                raise StoreLayoutError(storage.redact(storage.join(root, CURRENT_FILE)),
-                                       f"names {name!r}, not a version directory")
-            return storage.join(root, name)
+            return storage.join(root, version_named(pointer, storage.redact(storage.join(root, CURRENT_FILE))))
     return p
 
 
@@ -628,7 +623,7 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
         p = _pinned(p)
         manifest = Manifest.read(p)
         if manifest is None and storage.basename(p) == INDEX_DIR:
-            parent = p.rstrip("/").rsplit("/", 1)[0]
+            parent = storage.parent(p)
             manifest = Manifest.read(parent)
             p = parent if manifest is not None else p
         if manifest is not None:

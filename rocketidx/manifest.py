@@ -31,6 +31,15 @@ INDEX_DIR = "index"  # OUT/index/<files>
 VERSION_PREFIX = ".v-"  # OUT/.v-<id>/: one build's files and manifest
 CURRENT = "current"  # the local layout's pointer: a symlink to the version directory
 CURRENT_FILE = "CURRENT"  # the remote layout's pointer; a file, not a symlink
+
+
+def version_named(pointer: bytes, where: str) -> str:
+    """The version directory a ``CURRENT`` pointer's bytes name; anything but a ``.v-<id>`` name (a path
+    elsewhere, garbage) is a :class:`StoreLayoutError` naming ``where``."""
+    name = pointer.decode(errors="replace").strip()
+    if not name.startswith(VERSION_PREFIX) or "/" in name:
+        raise StoreLayoutError(where, f"names {name!r}, not a version directory")
+    return name
 MANIFEST_VERSION = 1
 
 
@@ -143,4 +152,4 @@ class Manifest:
 
 
 __all__ = ["CURRENT", "CURRENT_FILE", "INDEX_DIR", "MANIFEST", "MANIFEST_VERSION", "VERSION_PREFIX", "Manifest",
-           "ManifestFile"]
+           "ManifestFile", "version_named"]

@@ -46,7 +46,7 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
-from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest
+from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, version_named
 from rocketidx import storage
 from rocketidx.paths import is_uri, join_uri
 from rocketidx.windows import assign_file_names
@@ -412,10 +412,7 @@ class RemoteOutput:
         data = self._get(self.path(CURRENT_FILE))
         if data is None:
             return None
-        name = data.decode().strip()
-        if not name.startswith(VERSION_PREFIX) or "/" in name:
-            raise StoreLayoutError(storage.redact(join_uri(self.uri, CURRENT_FILE)), f"names {name!r}, not a version directory")
-        return name
+        return version_named(data, storage.redact(join_uri(self.uri, CURRENT_FILE)))
 
     def new_staging(self) -> Staging:
         """A fresh version directory; versions ``CURRENT`` does not name go first: the one it named before
