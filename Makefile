@@ -11,7 +11,7 @@ SAMPLE ?= sample
 NOTEBOOK_STAMP := $(VENV)/.notebook-stamp
 NOTEBOOK_PORT ?= 8888
 
-.PHONY: setup run test test-fast notebook bench faults refcheck clean
+.PHONY: setup run test test-fast notebook bench faults interrupts refcheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ bench: $(STAMP)
 
 faults: $(STAMP)
 	$(BIN)/python bench/faults.py
+
+# Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20)
+interrupts: $(STAMP)
+	$(BIN)/python bench/interrupts.py
 
 refcheck: $(STAMP)
 	$(BIN)/python ../shared/tools/refcheck.py

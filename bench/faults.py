@@ -550,11 +550,13 @@ def run_kills(kills: int, messages: int, seed: int = 1, spark: bool = True) -> t
         ref, out = root / "ref", root / "out"
         for p in (ref, out):
             shutil.rmtree(p, ignore_errors=True)
-        build = RIDX + ["build", "--commitlog", str(store), "--window", "1h"] + sizes
+        # Each run replaces an output of another window on purpose: --overwrite.
+        build = RIDX + ["build", "--commitlog", str(store), "--window", "1h", "--overwrite"] + sizes
         took = _timed(build + ["--out", str(ref)] + engine)
         want = _snapshot(ref)
         want_answers = _answers(ref, keys)
-        previous = RIDX + ["build", "--commitlog", str(store), "--out", str(out), "--window", "0", "--in-process"] + sizes
+        previous = RIDX + ["build", "--commitlog", str(store), "--out", str(out), "--window", "0", "--in-process",
+                           "--overwrite"] + sizes
         for k in range(kills):
             subprocess.run(previous, check=True, stdout=subprocess.DEVNULL)
             before = _answers(out, keys)
@@ -671,8 +673,8 @@ def run_race(queries: int, builds: int, nkeys: int = 8, seed: int = 1) -> tuple[
         build_index(stores[0], out, BuildConfig(hash_slot_num=1009, index_num=8000, timezone="UTC"))
         script = "; ".join([
             "import subprocess, sys",
-            f"cmds = [{[*RIDX, 'build', '--commitlog', str(stores[0]), '--out', str(out), *sizes]!r}, "
-            f"{[*RIDX, 'build', '--commitlog', str(stores[1]), '--out', str(out), *sizes]!r}]",
+            f"cmds = [{[*RIDX, 'build', '--commitlog', str(stores[0]), '--out', str(out), '--overwrite', *sizes]!r}, "
+            f"{[*RIDX, 'build', '--commitlog', str(stores[1]), '--out', str(out), '--overwrite', *sizes]!r}]",
             f"[subprocess.run(cmds[(i + 1) % 2], check=True, stdout=subprocess.DEVNULL) for i in range({builds})]"])
         builder = subprocess.Popen([sys.executable, "-c", script])
         rounds = 0

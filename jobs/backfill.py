@@ -35,6 +35,20 @@ def _default(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rocketidx import interrupts
+    interrupts.install()  # before the heavy imports: a Ctrl-C or SIGTERM anywhere ends the job in one line
+    try:
+        return _run(argv)
+    except BaseException as e:
+        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
+        if stop is None:
+            raise
+        print(f"backfill: {stop.message()}", file=sys.stderr)
+        return interrupts.EXIT_STATUS
+
+
+def _run(argv: list[str] | None) -> int:
+    from rocketidx import interrupts
     from rocketidx.cli import add_backfill_arguments, run_backfill_command
     from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError, StoreLockedError
     p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0])
@@ -45,9 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_backfill_command(a)
     except (ConfigError, StoreLayoutError, StoreLockedError, OSError) as e:
+        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
+            raise
         print(f"backfill: {e}", file=sys.stderr)
         return 2
     except RocketIdxError as e:
+        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
+            raise
         print(f"backfill: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 

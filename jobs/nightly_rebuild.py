@@ -3,7 +3,8 @@
 In: a store (or CommitLog) directory and an output directory; index settings from ``conf/defaults.json``
 (``--conf``), Spark settings and the split size from ``conf/spark.json`` (``--spark-conf``), flags win.
 Out: ``OUT/index/``, ``OUT/_manifest.json``, ``OUT/_SUCCESS`` swapped in atomically; the summary on
-stdout. Exit code 0 done, 1 the build failed on its input, 2 it could not run (arguments, paths, lock).
+stdout. Exit code 0 done, 1 the build failed on its input, 2 it could not run (arguments, paths, lock, an output
+of another kind without ``--overwrite``, a range that selects no message).
 
     # package rocketidx's Python sources once (executors import them from the zip)
     .venv/bin/python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
@@ -36,8 +37,23 @@ def _default(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rocketidx import interrupts
+    interrupts.install()  # before the heavy imports: a Ctrl-C or SIGTERM anywhere ends the job in one line
+    try:
+        return _run(argv)
+    except BaseException as e:
+        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
+        if stop is None:
+            raise
+        print(f"nightly_rebuild: {stop.message()}", file=sys.stderr)
+        return interrupts.EXIT_STATUS
+
+
+def _run(argv: list[str] | None) -> int:
+    from rocketidx import interrupts
     from rocketidx.cli import add_build_arguments, run_build
-    from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError, StoreLockedError
+    from rocketidx.errors import (ConfigError, EmptySelectionError, RocketIdxError, StoreLayoutError,
+                                  StoreLockedError, UnsafeOutputError)
     p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0])
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
@@ -45,10 +61,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     try:
         return run_build(a)
-    except (ConfigError, StoreLayoutError, StoreLockedError) as e:
+    except (ConfigError, StoreLayoutError, StoreLockedError, UnsafeOutputError, EmptySelectionError, OSError) as e:
+        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
+            raise
         print(f"nightly_rebuild: {e}", file=sys.stderr)
         return 2
     except RocketIdxError as e:
+        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
+            raise
         print(f"nightly_rebuild: {e}", file=sys.stderr)
         return 1
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rocketidx import interrupts
 from rocketidx import layout as L
 from rocketidx.arrays import unique_sorted
 from rocketidx.config import BuildConfig
@@ -317,34 +318,36 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
                 f"{len(new_files)} file(s)")
         _verify_staged(staging, new_files, plan, store, check_crc)
         backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        backup.mkdir(parents=True)
         journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
                    "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
                    "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
-        if (store / "checkpoint").exists():
-            shutil.copy2(store / "checkpoint", backup / "checkpoint")
-        _write_journal(backup, journal)
-        index_dir = store / "index"
-        index_dir.mkdir(exist_ok=True)
-        for name in plan.replaced:
-            os.rename(index_dir / name, backup / name)
-            journal["moved_to_backup"].append(name)
+        # A Ctrl-C or SIGTERM waits until the install is done: it takes a few renames.
+        with interrupts.deferred():
+            backup.mkdir(parents=True)
+            if (store / "checkpoint").exists():
+                shutil.copy2(store / "checkpoint", backup / "checkpoint")
             _write_journal(backup, journal)
-        for f in new_files:
-            os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
-            journal["installed"].append(f.name)
+            index_dir = store / "index"
+            index_dir.mkdir(exist_ok=True)
+            for name in plan.replaced:
+                os.rename(index_dir / name, backup / name)
+                journal["moved_to_backup"].append(name)
+                _write_journal(backup, journal)
+            for f in new_files:
+                os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
+                journal["installed"].append(f.name)
+                _write_journal(backup, journal)
+            # The moves must be on disk before the checkpoint names the new files (their data was synced
+            # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
+            _fsync_dir(backup)
+            _fsync_dir(index_dir)
+            newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
+            if new_files:
+                write_checkpoint_index_ts(store, newest)
+                result.checkpoint_index_ts = newest
+            journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
+            journal["finished"] = time.time()
             _write_journal(backup, journal)
-        # The moves must be on disk before the checkpoint names the new files (their data was synced
-        # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
-        _fsync_dir(backup)
-        _fsync_dir(index_dir)
-        newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
-        if new_files:
-            write_checkpoint_index_ts(store, newest)
-            result.checkpoint_index_ts = newest
-        journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
-        journal["finished"] = time.time()
-        _write_journal(backup, journal)
         shutil.rmtree(staging, ignore_errors=True)
         result.installed = [f.name for f in new_files]
         result.backup_dir = str(backup)

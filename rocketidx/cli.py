@@ -15,7 +15,7 @@ import sys
 import time
 
 from rocketidx import layout as L
-from rocketidx import storage
+from rocketidx import interrupts, storage
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, duration_arg, size_arg, time_arg
 
@@ -50,6 +50,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--no-crc", action="store_true", help="skip the body CRC check")
     b.add_argument("--conf", default=conf, help="JSON settings file (see conf/defaults.json)")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.add_argument("--overwrite", action="store_true",
+                   help="replace an output that holds a build of another CommitLog directory, range, window or "
+                        "sizes (default: refuse; a rebuild of the same kind needs no flag, even after the log grew)")
     b.add_argument("--strict", action="store_true",
                    help="exit 1 when reading stopped early (an invalid record or a zero tail before the end)")
     _add_engine_arguments(b, "build", spark_conf, engine_flag)
@@ -182,7 +185,14 @@ def run_build(a: argparse.Namespace) -> int:
     from rocketidx.config import load_config
     from rocketidx.engine import choose_engine, data_bytes
     from rocketidx.segments import list_segments
+    from rocketidx import safety
+    from rocketidx.segments import commitlog_dir
     in_process = getattr(a, "in_process", False)
+    # Before anything is read or created (not even the output's lock): the range, then where the output goes.
+    safety.check_range(a.from_offset, a.to_offset, a.from_time, a.to_time)
+    safety.check_output_dir(a.out)
+    if _time_index_arg(a) not in (None, "auto"):
+        safety.check_time_index_dir(a.time_index)
     cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
                       timezone=a.timezone, check_crc=False if a.no_crc else None)
     if in_process and _spark_flag_misused(a, "build", "Spark (drop --in-process)",
@@ -190,7 +200,11 @@ def run_build(a: argparse.Namespace) -> int:
         return 2
     settings = _spark_settings(a)
     segments = list_segments(a.commitlog, from_offset=a.from_offset, to_offset=a.to_offset)
-    filtered = any(v is not None for v in (a.from_offset, a.to_offset, a.from_time, a.to_time))
+    filters = {k: v for k, v in (("from_offset", a.from_offset), ("to_offset", a.to_offset),
+                                 ("from_time_ms", a.from_time), ("to_time_ms", a.to_time)) if v is not None}
+    filtered = bool(filters)
+    safety.check_replace(a.out, safety.BuildKind(commitlog_dir(a.commitlog), filters, cfg.window_ms,
+                                                 cfg.hash_slot_num, cfg.index_num), getattr(a, "overwrite", False))
     tindex = _time_index_arg(a)
     work = data_bytes(segments, a.from_offset, a.to_offset)
     if (a.from_time is not None or a.to_time is not None) and a.from_offset is None and a.to_offset is None:
@@ -209,7 +223,8 @@ def run_build(a: argparse.Namespace) -> int:
     elif filtered:
         from rocketidx.direct import build_index_range
         _, summary = build_index_range(a.commitlog, a.out, cfg, from_offset=a.from_offset, to_offset=a.to_offset,
-                                       from_time_ms=a.from_time, to_time_ms=a.to_time, time_index=tindex)
+                                       from_time_ms=a.from_time, to_time_ms=a.to_time, time_index=tindex,
+                                       allow_empty=False)
     else:
         from rocketidx.build import build_index
         _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex)
@@ -262,7 +277,7 @@ def _build_on_spark(a, cfg, settings):
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
                                        from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
                                        to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
-                                       stats=stats, time_index=_time_index_arg(a))
+                                       stats=stats, time_index=_time_index_arg(a), allow_empty=False)
         t_stop = time.monotonic()
     stats["stop_s"] = round(time.monotonic() - t_stop, 3)
     return summary, stats
@@ -598,6 +613,13 @@ COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfil
             "gen": cmd_gen, "build": run_build, "query": cmd_query, "timeindex": cmd_timeindex}
 
 
+# What an interrupted command leaves, in the one line it prints (rocketidx.interrupts).
+_INTERRUPTED = {"build": "the previous output is unchanged",
+                "backfill": "the store's index is as it was (an install cut short is rolled back by the next run)",
+                "gen": "the store may be incomplete: run gen again", "demo": "the previous output is unchanged",
+                "timeindex": "files already written are whole (each is written and then renamed)"}
+
+
 # Arguments that name a path or URI: a file:// URI becomes its local path here, once for every command.
 PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
 
@@ -612,12 +634,19 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(getattr(args, name, None), str):
                 setattr(args, name, storage.normalize(getattr(args, name)))
         return COMMANDS[args.command](args)
-    except RocketIdxError as e:
-        print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"rocketidx {args.command}: {e}", file=sys.stderr)
-        return 2
+    except BaseException as e:
+        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
+        if stop is not None:
+            print(f"rocketidx {args.command}: {stop.message(_INTERRUPTED.get(args.command, 'nothing was changed'))}",
+                  file=sys.stderr)
+            return interrupts.EXIT_STATUS
+        if isinstance(e, RocketIdxError):
+            print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, OSError):
+            print(f"rocketidx {args.command}: {e}", file=sys.stderr)
+            return 2
+        raise
     finally:
         if args.verbose and storage.READS.requests:
             print(f"rocketidx {args.command}: read {storage.READS.bytes:,} bytes from remote storage in "

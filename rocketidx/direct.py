@@ -34,7 +34,7 @@ from rocketidx import layout as L
 from rocketidx import storage
 from rocketidx.build import BuildSummary, WindowSet, manifest_header, refuse_invalid_log
 from rocketidx.config import BuildConfig
-from rocketidx.errors import RocketIdxError
+from rocketidx.errors import EmptySelectionError, RocketIdxError
 from rocketidx.indexfile import FileInfo, Header
 from rocketidx.segments import list_segments
 from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles, built_here
@@ -356,17 +356,21 @@ def keep_time_index(tdir: str | None, segments, rows: list[dict], block_bytes: i
 
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: list[dict], resolved: ResolvedStops,
                  config: BuildConfig, segments, summary: BuildSummary, *, filters: dict, name_after: str | None,
-                 t0: float) -> dict:
+                 t0: float, allow_empty: bool = True) -> dict:
     """Validate the task rows, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
 
     ``filters``: the read's offset and time bounds (recorded in the manifest when any is set, so an
-    unfiltered build's manifest equals the in-process one).
+    unfiltered build's manifest equals the in-process one). ``allow_empty=False``: a range that selected
+    no message raises :class:`EmptySelectionError` instead of committing an empty index (the commands'
+    rule; a library caller may want the empty build).
     """
     if resolved.stop and resolved.stop["kind"] == "corrupt":
         log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
                     resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
                     resolved.stop["reason"])
     refuse_invalid_log(segments, resolved.stop, filters.get("from_offset"))
+    if not allow_empty:
+        refuse_empty_selection(segments, resolved.messages, filters)
     files, windows, skipped = validate(rows, resolved, config)
     sources = locate_files(output, staging, rows, files)
     summary.bytes_read = resolved.bytes_read
@@ -395,25 +399,38 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     return output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
 
 
+def refuse_empty_selection(segments, messages: int, filters: dict) -> None:
+    """A range that selected no message commits nothing: an empty index put in place of an earlier build
+    would look like a build and hide the mistake (a range past the log's end, a time before it began)."""
+    kept = {k: filters.get(k) for k in ("from_offset", "to_offset", "from_time_ms", "to_time_ms")
+            if filters.get(k) is not None}
+    if kept and messages == 0:
+        where = storage.redact(segments[0].path).rsplit("/", 1)[0] if segments else "the CommitLog"
+        raise EmptySelectionError(where, "the range " + ", ".join(f"{k}={v}" for k, v in kept.items()) +
+                                  " selects no message of this log; nothing was committed")
+
+
 def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
                       from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
-                      to_time_ms: int | None = None, time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
+                      to_time_ms: int | None = None, time_index: str | None = AUTO,
+                      allow_empty: bool = True) -> tuple[dict, BuildSummary]:
     """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
     bounds; :func:`rocketidx.build.build_index` is the unfiltered reference, this is its filtered twin.
     ``time_index``: the time index directory to use and keep (:func:`time_index_dir`). A URI output is
-    built in local scratch space and published (:func:`rocketidx.output.built_here`).
+    built in local scratch space and published (:func:`rocketidx.output.built_here`). ``allow_empty``: as
+    :func:`finish_build`.
     """
     remote = storage.is_remote(out)
     with built_here(out) as target:
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
                                from_time_ms=from_time_ms, to_time_ms=to_time_ms,
-                               time_index=None if remote else time_index)
+                               time_index=None if remote else time_index, allow_empty=allow_empty)
 
 
 def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to_offset, from_time_ms, to_time_ms,
-                    time_index) -> tuple[dict, BuildSummary]:
+                    time_index, allow_empty) -> tuple[dict, BuildSummary]:
     t0 = time.monotonic()
     commitlog = str(commitlog)
     segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
@@ -439,7 +456,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                 raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
             rows, resolved, _ = ran
             manifest = finish_build(output, staging, rows, resolved, config, segments, summary, filters=filters,
-                                    name_after=None, t0=t0)
+                                    name_after=None, t0=t0, allow_empty=allow_empty)
         except BaseException:
             output.discard(staging)
             raise

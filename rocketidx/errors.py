@@ -52,3 +52,27 @@ class StoreLockedError(RocketIdxError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+class UnsafeOutputError(RocketIdxError):
+    """An output a command refuses to write: inside a broker's store, a directory that is not an output,
+    or a committed build of another kind that only ``--overwrite`` may replace."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class EmptySelectionError(RocketIdxError):
+    """A build whose offset or time range selected no message: nothing is committed, so an earlier
+    output at the same place stays as it was."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path, self.reason = path, reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"

@@ -47,7 +47,7 @@ from pathlib import Path
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.indexfile import FileInfo
 from rocketidx.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, version_named
-from rocketidx import storage
+from rocketidx import interrupts, storage
 from rocketidx.paths import is_uri, join_uri
 from rocketidx.windows import assign_file_names
 
@@ -65,6 +65,7 @@ def output_lock(out: str | os.PathLike):
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise StoreLayoutError(str(out), "exists and is not a directory: --out names the output directory")
+    created = [d for d in (out, *out.parents) if not d.exists()]  # removed again if nothing is committed
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -74,7 +75,23 @@ def output_lock(out: str | os.PathLike):
             raise StoreLockedError(str(out), "another rocketidx build is writing this output") from e
         yield
     finally:
+        if created and not (out / CURRENT).is_symlink():
+            _remove_created(out, created)
         os.close(fd)
+
+
+def _remove_created(out: Path, created: list[Path]) -> None:
+    """A build that made ``out`` and committed nothing leaves no trace: its lock file and the directories
+    it created go (a directory something else put files in stays)."""
+    try:
+        (out / LOCK).unlink()
+    except FileNotFoundError:
+        pass
+    for d in created:
+        try:
+            d.rmdir()
+        except OSError:
+            return
 
 
 def _current_version(out: Path) -> str | None:
@@ -138,8 +155,14 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
     path) says; ``manifest`` is the build's header, to which the :class:`rocketidx.manifest.Manifest` adds
     the ``files`` rows. Anything else in the version directory (task scratch directories) is removed before
     the commit point. Returns the manifest written, as plain JSON values (what ``build_index`` returns).
+    A Ctrl-C or SIGTERM meanwhile waits until the commit is finished (:func:`rocketidx.interrupts.deferred`).
     """
-    out, staging = Path(out), Path(staging)
+    with interrupts.deferred():
+        return _commit(Path(out), Path(staging), files, manifest, tz, name_after, sources)
+
+
+def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz, name_after: str | None,
+            sources: dict[str, str] | None) -> dict:
     files = order_files(files)
     names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
     rows = []
@@ -228,7 +251,10 @@ class LocalOutput:
         shutil.rmtree(path, ignore_errors=True)
 
     def discard(self, staging: Staging) -> None:
-        self.remove(staging.path)
+        """Remove a staged version, unless it is the committed one (a commit that finished before the
+        error or interrupt that unwinds the build)."""
+        if _current_version(self.out) != staging.name:
+            self.remove(staging.path)
 
     def commit(self, staging: Staging, files: list[FileInfo], manifest: dict, tz, name_after: str | None = None,
                sources: dict[str, str] | None = None) -> dict:
@@ -449,8 +475,10 @@ class RemoteOutput:
         return None
 
     def discard(self, staging: Staging) -> None:
-        """Delete a version directory, if it is there."""
-        self.remove(staging.path)
+        """Delete a version directory, if it is there and ``CURRENT`` does not name it (a commit that
+        finished before the error or interrupt that unwinds the build)."""
+        if self.current_version() != staging.name:
+            self.remove(staging.path)
 
     def remove(self, path: str) -> None:
         """Delete a directory on the output's filesystem, if it is there."""
@@ -481,6 +509,11 @@ class RemoteOutput:
         once, straight to its final name, several at a time: on an object store a move is a server-side
         copy of the whole file, which a driver issuing one at a time would wait on for minutes.
         """
+        with interrupts.deferred():
+            return self._commit(staging, files, manifest, tz, name_after, sources)
+
+    def _commit(self, staging: Staging, files: list[FileInfo], manifest: dict, tz, name_after: str | None,
+                sources: dict[str, str] | None) -> dict:
         from concurrent.futures import ThreadPoolExecutor
         files = order_files(files)
         names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
@@ -527,7 +560,8 @@ class RemoteOutput:
                 with open(os.path.join(local_out, INDEX_DIR, name), "rb") as src, \
                         self.fs.open_output_stream(f"{staging.path}/{INDEX_DIR}/{name}") as dst:
                     shutil.copyfileobj(src, dst, 8 * 1024**2)
-            self._point_at(staging, manifest)
+            with interrupts.deferred():
+                self._point_at(staging, manifest)
         except BaseException:
             self.discard(staging)
             raise

@@ -62,6 +62,12 @@ def _entries(path: str) -> tuple[str, list[storage.Entry]]:
     return path, storage.listdir(path)
 
 
+def commitlog_dir(path: str | os.PathLike) -> str:
+    """The CommitLog directory ``path`` names (itself, or a store's ``commitlog/``), as a manifest records
+    it (a URI redacted)."""
+    return storage.redact(_entries(storage.normalize(path))[0])
+
+
 def list_segments(path: str | os.PathLike, *, from_offset: int | None = None,
                   to_offset: int | None = None) -> list[Segment]:
     """The CommitLog's segments in offset order, checked for names, equal sizes and gaps.

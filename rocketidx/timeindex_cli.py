@@ -44,6 +44,9 @@ def cmd_timeindex(a) -> int:
     if os.path.basename(os.path.normpath(a.out)) == "index":
         raise StoreLayoutError(a.out, "a broker opens every file in store/index as an IndexFile: choose another "
                                       "directory (e.g. OUT/_timeindex)")
+    if not a.check:
+        from rocketidx.safety import check_time_index_dir
+        check_time_index_dir(a.out)
     segments = list_segments(a.commitlog)
     t0 = time.monotonic()
     check_crc = not a.no_crc

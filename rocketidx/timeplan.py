@@ -111,7 +111,10 @@ class _Log:
     def close(self) -> None:
         for buf in self._bufs.values():
             if hasattr(buf, "close"):
-                buf.close()
+                try:
+                    buf.close()
+                except BufferError:  # a view of it outlives an interrupted probe: the map goes with the view
+                    pass
         self._bufs.clear()
 
     def first_at_or_after(self, i: int, lo: int, ts: int) -> int | None:

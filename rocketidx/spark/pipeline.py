@@ -35,7 +35,7 @@ from rocketidx.build import BuildSummary
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
 from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
-from rocketidx import storage
+from rocketidx import interrupts, storage
 from rocketidx.segments import list_segments
 from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register
 from rocketidx.splits import DEFAULT_SPLIT_BYTES, RangeInfo, plan_splits, resolve_stops
@@ -113,7 +113,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       from_time_ms: int | None = None, to_time_ms: int | None = None,
                       shuffle_partitions: int | None = None, stats: dict | None = None,
                       start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
-                      shuffle: bool = False, time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
+                      shuffle: bool = False, time_index: str | None = AUTO,
+                      allow_empty: bool = True) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog on Spark. Returns (manifest, summary) like ``build_index``.
 
     ``start_offset``, ``skip_entries``, ``name_after``: as in ``build_index`` (a backfill's range; the
@@ -126,7 +127,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     ``shuffle``: always use the shuffle plan (else it runs only where the direct plan cannot: a remote
     CommitLog, a log too far out of time order, a read that stops early; see :func:`_run_direct`);
     ``time_index``: the time index directory a time slice reads and a whole read keeps (see
-    :func:`rocketidx.direct.time_index_dir`; only the direct plan uses it).
+    :func:`rocketidx.direct.time_index_dir`; only the direct plan uses it); ``allow_empty``: as
+    :func:`rocketidx.direct.finish_build`.
     """
     t0 = time.monotonic()
     commitlog, out = storage.normalize(commitlog), storage.normalize(out)
@@ -183,9 +185,12 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
             t_job = time.monotonic() - t_job
             t_commit = time.monotonic()
             manifest = finish_build(output, staging, rows, resolved, config, segments, summary, filters=filters,
-                                    name_after=name_after, t0=t0)
+                                    name_after=name_after, t0=t0, allow_empty=allow_empty)
             t_commit = time.monotonic() - t_commit
-        except BaseException:
+        except BaseException as e:
+            if interrupts.caught(e) is not None:  # tasks may still be writing into the staged version
+                from rocketidx.spark.session import settle
+                settle(spark)
             output.discard(staging)
             raise
         if mode == "shuffle" and plan_figures.get("time_index", "").endswith("blocks"):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from rocketidx import interrupts
 from rocketidx.engine import DEFAULT_BREAK_EVEN, launched_by_spark_submit
 from rocketidx.errors import ConfigError
 from rocketidx.splits import DEFAULT_SPLIT_BYTES
@@ -94,6 +95,7 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     conf = dict(conf or {})
     spark = SparkSession.getActiveSession()
     if spark is None:
+        interrupts.keep_from_pyspark()  # a command's Ctrl-C handler stays (rocketidx.interrupts)
         settings = {"spark.app.name": app_name}
         submitted = launched_by_spark_submit()
         if master or not submitted:
@@ -138,7 +140,11 @@ def _start_driver_jvm(settings: Mapping[str, str]) -> None:
     if SparkContext._gateway is not None:  # a JVM from an earlier session of this process: reused
         return
     spark_conf = SparkConf().setAll(list(settings.items()))
-    gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    # A Ctrl-C while PySpark waits for the new JVM to say where it listens would leave that JVM running
+    # for good (PySpark removes the file the JVM is about to write; the JVM's listener thread lives on):
+    # it waits the second or two until the JVM is up, and then ends the command.
+    with interrupts.deferred(commit=False):
+        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
     SparkContext(conf=spark_conf, gateway=gateway)  # the context getOrCreate() then finds
 
 
@@ -154,10 +160,31 @@ def spark_session(settings: SparkSettings | None = None, spark=None, *, sources:
         spark = get_session(settings.master, settings.conf, sources=sources)
         try:
             yield spark
+        except BaseException as e:
+            if interrupts.caught(e) is not None:  # Ctrl-C: end the running job quietly before the session stops
+                settle(spark)
+            raise
         finally:
             stop_session(spark)
         return
     yield spark if spark is not None else get_session(settings.master, settings.conf, sources=sources)
+
+
+def settle(spark, timeout_s: float = 30.0) -> None:
+    """After an interrupt: cancel the session's jobs and wait (at most ``timeout_s``) until none runs, so
+    that no task writes into a staged version the build is about to remove. Spark's log is silenced
+    first: the cancelled tasks' errors are the interrupt's, not news."""
+    import time
+    sc = spark.sparkContext
+    try:
+        sc.setLogLevel("OFF")
+        sc.cancelAllJobs()
+        tracker = sc.statusTracker()
+        deadline = time.monotonic() + timeout_s
+        while tracker.getActiveJobsIds() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except Exception as e:  # the JVM is going away: its tasks go with it
+        log.debug("settling the Spark session after an interrupt: %s", e)
 
 
 def stop_session(spark) -> None:

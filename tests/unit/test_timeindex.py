@@ -201,10 +201,16 @@ def test_a_build_keeps_the_index_and_the_cli_slice_uses_it(plain, tmp_path, caps
     assert main(args) == 0
     assert len(list((out / DIR_NAME).glob("*.tix"))) == len(list_segments(plain / "commitlog"))
     capsys.readouterr()
-    assert main(args + ["--from-time", str(START + HOUR), "--to-time", str(START + 2 * HOUR), "--json"]) == 0
+    # A slice goes to an output of its own and reads the whole build's time index.
+    sliced = [a if a != str(out) else str(tmp_path / "slice") for a in args] + ["--time-index", str(out / DIR_NAME)]
+    assert main(sliced + ["--from-time", str(START + HOUR), "--to-time", str(START + 2 * HOUR), "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["time_index"].endswith("blocks") and s["bytes_scanned"] < s["bytes_read"] / 3
-    assert main(args + ["--from-time", str(START + HOUR), "--time-index", "none", "--json"]) == 0
+    # Another range over it replaces it only when told to.
+    again = sliced[:-2] + ["--from-time", str(START + HOUR), "--time-index", "none", "--json"]
+    assert main(again) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(again + ["--overwrite"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["time_index"] is None and s["bytes_scanned"] == s["bytes_read"]
 

@@ -1,0 +1,140 @@
+"""Ctrl-C and SIGTERM for the commands: one line, exit status 130, no traceback; a commit finishes first.
+
+In: SIGINT (a terminal's Ctrl-C, sent to the whole process group) or SIGTERM, at any moment of a command.
+Out: :class:`Interrupted` raised in the main thread, which the command's ``main`` turns into one line on
+stderr and ``sys.exit(130)``.
+
+Stays true:
+- everything a command holds is released on the way out by the ``finally`` blocks it already has (a
+  staged version discarded, the output's lock released, a Spark session stopped: its running jobs are
+  cancelled first, so the JVM and its Python workers end with it);
+- a signal that arrives inside :func:`deferred` (the commit: from naming the staged files to swapping the
+  ``current`` pointer and removing the previous version) is held until the block ends, so the commit
+  either did not begin (the previous output is unchanged) or is finished (:attr:`Interrupted.committed`);
+- :func:`install` runs before the heavy imports (numpy, pyarrow, pyspark), so an early Ctrl-C is handled
+  the same way; PySpark's own SIGINT handler, which a new SparkContext would install, is kept out by
+  :func:`keep_from_pyspark`.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from contextlib import contextmanager
+
+EXIT_STATUS = 130  # 128 + SIGINT, what shells report for a command ended by Ctrl-C
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_state = {"installed": False, "deferring": 0, "pending": None, "raised": False, "signum": None}
+
+
+class Interrupted(KeyboardInterrupt):
+    """The command was asked to stop (``signum``); ``committed``: a commit was under way and finished."""
+
+    def __init__(self, signum: int, committed: bool = False) -> None:
+        super().__init__(signum, committed)
+        self.signum, self.committed = signum, committed
+
+    def message(self, what: str = "the previous output is unchanged") -> str:
+        name = signal.Signals(self.signum).name
+        if self.committed:
+            return f"interrupted ({name}) during the commit, which was finished: the output holds the new build"
+        return f"interrupted ({name}); {what}"
+
+
+class _SignalKeepingOurs:
+    """The ``signal`` module as ``pyspark.core.context`` sees it once :func:`keep_from_pyspark` ran: every
+    SparkContext installs PySpark's SIGINT handler, which cancels jobs and raises a bare KeyboardInterrupt
+    (or a Py4JError while the context is still starting); the command's handler does the same job, so
+    that request is ignored."""
+
+    def __getattr__(self, name):
+        return getattr(signal, name)
+
+    @staticmethod
+    def signal(signum, handler):
+        if _state["installed"] and signum in SIGNALS:
+            return signal.getsignal(signum)
+        return signal.signal(signum, handler)
+
+
+def _handle(signum, frame) -> None:
+    if _state["deferring"]:
+        _state["pending"] = signum
+        return
+    if _state["raised"]:  # the command is already on its way out (a terminal user presses Ctrl-C again)
+        return
+    _state.update(raised=True, signum=signum)
+    raise Interrupted(signum)
+
+
+def caught(error: BaseException) -> Interrupted | None:
+    """The interrupt behind ``error``: itself, one in its chain, or, once a signal was raised, whatever
+    its unwinding set off (a map closed under a live view, a Py4J call on a closed connection); None
+    when no signal came."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        seen = seen.__context__ or seen.__cause__
+    return Interrupted(_state["signum"]) if _state["raised"] and _state.get("signum") else None
+
+
+class _QuietAfterInterrupt(logging.Filter):
+    """Py4J logs an interrupted call to the JVM (and the calls that then find its connection closed) on
+    the root logger with a traceback; after an interrupt those are its echo, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_state["raised"] and f"{os.sep}py4j{os.sep}" in record.pathname)
+
+
+_QUIET = _QuietAfterInterrupt()
+
+
+def install() -> None:
+    """Handle SIGINT and SIGTERM from now on (the main thread only; elsewhere Python forbids it)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for s in SIGNALS:
+        signal.signal(s, _handle)
+    _state.update(installed=True, raised=False, signum=None)
+    root = logging.getLogger()
+    if _QUIET not in root.filters:
+        root.addFilter(_QUIET)
+
+
+def uninstall() -> None:
+    """Python's own handlers back, and no interrupt remembered (for a process that goes on: a test)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _state.update(installed=False, raised=False, signum=None, pending=None)
+
+
+def keep_from_pyspark() -> None:
+    """Before a SparkContext is made: keep the command's handlers in place of PySpark's (only when
+    :func:`install` ran, i.e. in a command; a notebook keeps PySpark's)."""
+    if not _state["installed"]:
+        return
+    import pyspark.core.context as context
+    context.signal = _SignalKeepingOurs()
+
+
+@contextmanager
+def deferred(*, commit: bool = True):
+    """Hold SIGINT and SIGTERM while the block runs; one that came is raised when the block is done
+    (``commit``: the block was a commit, and :attr:`Interrupted.committed` says it finished)."""
+    _state["deferring"] += 1
+    done = False
+    try:
+        yield
+        done = True
+    finally:
+        _state["deferring"] -= 1
+        signum = _state["pending"]
+        if not _state["deferring"] and signum is not None:
+            _state["pending"] = None
+            if done:  # else the block's own error is the one to report
+                _state.update(raised=True, signum=signum)
+                raise Interrupted(signum, committed=commit)
