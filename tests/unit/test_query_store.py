@@ -96,6 +96,23 @@ def test_show_decodes_each_message(store, capsys):
     assert f"{len(q['offsets'])} message(s)" in text and "properties" in text
 
 
+def test_show_json_names_each_message_s_segment_and_its_offset_inside_it(store, capsys):
+    """--show --json reports the record as the reader does: its segment and its offset in that segment (not 0,
+    the offset inside the record alone that is read back), for messages in every segment of the log."""
+    msgs = messages_by_offset()
+    qs = [q for q in queries("present:") if q["offsets"]]
+    seen_segments = set()
+    for q in qs[:60]:
+        rows = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--topic", q["topic"],
+                   "--key", q["key"], "--show", "--json")
+        for r in rows:
+            want = msgs[r["phy_offset"]]
+            assert (r["segment"], r["segment_offset"]) == (want["segment"], want["segment_offset"])
+            assert r["segment_offset"] == r["phy_offset"] - int(r["segment"])
+            seen_segments.add(r["segment"])
+    assert len(seen_segments) > 1 and any(int(m["segment_offset"]) for m in msgs.values())
+
+
 def test_offset_without_a_message_reads_as_none(store):
     table, found = read_messages_at(store / "commitlog", [0, 5, 10**9])
     assert found == [True, False, False]
