@@ -147,8 +147,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--topic")
     q.add_argument("--key")
     q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
-    q.add_argument("--begin", type=int, default=0, help="earliest store time, epoch ms (default 0)")
-    q.add_argument("--end", type=int, default=2**63 - 1, help="latest store time, epoch ms (default: no end)")
+    q.add_argument("--begin", type=time_arg("--begin"), default=0,
+                   help="earliest store time, epoch ms or ISO-8601 (default 0)")
+    q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
+                   help="latest store time, epoch ms or ISO-8601 (default: no end)")
     q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
                    help=f"most offsets per key (default and cap {L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
@@ -297,6 +299,7 @@ def cmd_query(a) -> int:
     import pyarrow as pa
 
     from rocketidx.query import message_has_key, open_index, query_offsets, read_messages_at
+    from rocketidx.units import parse_time_ms
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
@@ -331,8 +334,9 @@ def cmd_query(a) -> int:
         print("rocketidx query: give --topic and --key, or --queries FILE", file=sys.stderr)
         return 2
     for q in queries:
-        begin = int(q.get("begin", a.begin))
-        end = int(q.get("end", a.end))
+        # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
+        begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
+        end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
         max_num = int(q.get("maxNum", a.max))
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
         table = None
