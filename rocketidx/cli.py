@@ -3,7 +3,8 @@
 Exit codes: 0 done (a build whose reading stopped at a corrupt record still exits 0: it indexed what the
 broker's recovery keeps and prints where and why it stopped); 1 ``verify`` found problems; 2 the command
 could not run (bad arguments, a path that is not a CommitLog or index, a locked store or output), with one
-line on stderr naming the file and, for bad data, the byte offset.
+line on stderr naming the file and, for bad data, the byte offset; 141, quietly, when stdout's reader left
+early (``| head``).
 """
 from __future__ import annotations
 
@@ -606,6 +607,44 @@ COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfil
 PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
 
 
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what `cat`, `grep` or `git log` end with when `| head` stops reading
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (Linux flags such a pipe's write end POLLERR), so
+    that a BrokenPipeError from elsewhere (a socket, a child's pipe) is still reported as an error."""
+    import select
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll(), or stdout is no file: assume it is the one
+        return True
+
+
+def _quiet_when_the_reader_leaves(main):
+    """``rocketidx stats | head -1``: once the reader has what it wants, end quietly, no message, exit 141 as
+    the coreutils do (the recipe of Python's "Note on SIGPIPE": the rest of stdout goes to /dev/null, so the
+    interpreter's own flush at exit does not fail again). stdout is flushed here, inside, because output
+    that still sits in the buffer would otherwise meet the closed pipe only at the interpreter's exit."""
+    import functools
+
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None) -> int:
+        try:
+            try:
+                return main(argv)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            if not _stdout_reader_gone():
+                raise
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_READER_GONE
+    return run
+
+
+@_quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
@@ -618,6 +657,11 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except RocketIdxError as e:
         print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError as e:
+        if _stdout_reader_gone():
+            raise  # `| head` read what it wanted: _quiet_when_the_reader_leaves ends quietly
+        print(f"rocketidx {args.command}: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"rocketidx {args.command}: {e}", file=sys.stderr)
