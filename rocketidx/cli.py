@@ -527,6 +527,8 @@ def print_verify(r) -> None:
     print("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items())))
     for p in r.problems:
         print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
+    if r.log_mismatch:  # last, where a terminal shows it, under the problems it explains
+        print(r.log_mismatch)
 
 
 class _EngineBuilder:
