@@ -85,7 +85,8 @@ class VerifyReport:
     def as_dict(self) -> dict:
         return {"clean": self.clean, "counts": dict(self.counts), "entries_checked": self.entries_checked,
                 "expected_entries": self.expected_entries, "covered_range": self.covered_range,
-                "log_mismatch": self.log_mismatch, "files": [asdict(f) for f in self.files], "problems": [asdict(p) for p in self.problems]}
+                "log_mismatch": self.log_mismatch, "files": [asdict(f) for f in self.files],
+                "problems": [asdict(p) for p in self.problems]}
 
 
 def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
@@ -316,12 +317,14 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         try:
             sink = _judge_streaming(files, spans, commitlog, params, rules, check_crc, report)
             # A misplaced field the streaming read never met (it starts at the lowest item, which such a
-            # field can put past every real record) shows as problems: look for one before reporting them.
-            if sink.kept and _misplaced_field_in(commitlog, rules, check_crc):
+            # field can put past every real record) shows as problems: look for one before reporting them
+            # (not when they come from another log: the sample found its fields where they lie).
+            if sink.kept and report.log_mismatch is None and _misplaced_field_in(commitlog, rules, check_crc):
                 sink = None
         except _FieldsOutOfPlace:
             sink = None
     if rules.fields_out_of_place or sink is None:
+        report.log_mismatch = None  # offsets are not positions here: the sample cannot judge (as on Spark)
         report.expected_entries = 0
         sink = _judge_held(files, spans, commitlog, params, rules, check_crc, report)
     sink.flush(report, files)
