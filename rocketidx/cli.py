@@ -3,7 +3,8 @@
 Exit codes: 0 done (a build whose reading stopped at a corrupt record still exits 0: it indexed what the
 broker's recovery keeps and prints where and why it stopped); 1 ``verify`` found problems; 2 the command
 could not run (bad arguments, a path that is not a CommitLog or index, a locked store or output), with one
-line on stderr naming the file and, for bad data, the byte offset.
+line on stderr naming the file and, for bad data, the byte offset; 141, quietly, when stdout's reader left
+early (``| head``).
 """
 from __future__ import annotations
 
@@ -150,8 +151,10 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--topic")
     q.add_argument("--key")
     q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
-    q.add_argument("--begin", type=int, default=0, help="earliest store time, epoch ms (default 0)")
-    q.add_argument("--end", type=int, default=2**63 - 1, help="latest store time, epoch ms (default: no end)")
+    q.add_argument("--begin", type=time_arg("--begin"), default=0,
+                   help="earliest store time, epoch ms or ISO-8601 (default 0)")
+    q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
+                   help="latest store time, epoch ms or ISO-8601 (default: no end)")
     q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
                    help=f"most offsets per key (default and cap {L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
@@ -312,6 +315,7 @@ def cmd_query(a) -> int:
     import pyarrow as pa
 
     from rocketidx.query import message_has_key, open_index, query_offsets, read_messages_at
+    from rocketidx.units import parse_time_ms
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
@@ -346,8 +350,9 @@ def cmd_query(a) -> int:
         print("rocketidx query: give --topic and --key, or --queries FILE", file=sys.stderr)
         return 2
     for q in queries:
-        begin = int(q.get("begin", a.begin))
-        end = int(q.get("end", a.end))
+        # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
+        begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
+        end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
         max_num = int(q.get("maxNum", a.max))
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
         table = None
@@ -537,6 +542,8 @@ def print_verify(r) -> None:
     print("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items())))
     for p in r.problems:
         print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
+    if r.log_mismatch:  # last, where a terminal shows it, under the problems it explains
+        print(r.log_mismatch)
 
 
 class _EngineBuilder:
@@ -624,6 +631,44 @@ _INTERRUPTED = {"build": "the previous output is unchanged",
 PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
 
 
+EXIT_READER_GONE = 141  # 128 + SIGPIPE: what `cat`, `grep` or `git log` end with when `| head` stops reading
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (Linux flags such a pipe's write end POLLERR), so
+    that a BrokenPipeError from elsewhere (a socket, a child's pipe) is still reported as an error."""
+    import select
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll(), or stdout is no file: assume it is the one
+        return True
+
+
+def _quiet_when_the_reader_leaves(main):
+    """``rocketidx stats | head -1``: once the reader has what it wants, end quietly, no message, exit 141 as
+    the coreutils do (the recipe of Python's "Note on SIGPIPE": the rest of stdout goes to /dev/null, so the
+    interpreter's own flush at exit does not fail again). stdout is flushed here, inside, because output
+    that still sits in the buffer would otherwise meet the closed pipe only at the interpreter's exit."""
+    import functools
+
+    @functools.wraps(main)
+    def run(argv: list[str] | None = None) -> int:
+        try:
+            try:
+                return main(argv)
+            finally:
+                sys.stdout.flush()
+        except BrokenPipeError:
+            if not _stdout_reader_gone():
+                raise
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_READER_GONE
+    return run
+
+
+@_quiet_when_the_reader_leaves
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
@@ -643,6 +688,8 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(e, RocketIdxError):
             print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+            raise  # `| head` read what it wanted: _quiet_when_the_reader_leaves ends quietly
         if isinstance(e, OSError):
             print(f"rocketidx {args.command}: {e}", file=sys.stderr)
             return 2

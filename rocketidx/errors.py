@@ -76,3 +76,14 @@ class EmptySelectionError(RocketIdxError):
 
     def __str__(self) -> str:
         return f"{self.path}: {self.reason}"
+
+
+class IndexLogMismatchError(RocketIdxError):
+    """An index given with a CommitLog it was not built from (its entries point at another log's messages)."""
+
+    def __init__(self, index: str, commitlog: str, reason: str) -> None:
+        super().__init__(index, commitlog, reason)
+        self.index, self.commitlog, self.reason = index, commitlog, reason
+
+    def __str__(self) -> str:
+        return f"{self.index}: the index was not built from the CommitLog {self.commitlog}: {self.reason}"

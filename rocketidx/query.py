@@ -88,6 +88,7 @@ def _message_at(f, seg, pos: int, check_crc: bool, Segment):
     if not len(recs):
         return None, None
     row = records_to_batch(buf, one, recs).to_pylist()[0]
+    row["segment_offset"] = pos  # ``one`` starts at the record: its own offsets are 0, the segment's are not
     body = bytes(buf[recs[0, REC_BODY_POS]:recs[0, REC_BODY_POS] + min(64, recs[0, REC_BODY_LEN])])
     return row, _preview(body, bool(row["sys_flag"] & L.SYSFLAG_COMPRESSED))
 

@@ -67,9 +67,12 @@ def _run(a) -> int:
     refs, manifest = file_refs(a.index, a.hash_slots, a.index_num)
     if not refs and manifest is not None:
         return _empty_build(a, manifest)
+    if a.commitlog:  # another log's topics and keys would make every CommitLog table wrong: refuse
+        from rocketidx.logmatch import require_index_of_log
+        require_index_of_log(a.index, a.commitlog, a.hash_slots, a.index_num, check_crc=not a.no_crc)
     engine = stats_engine(a)
     kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, bucket_ms=a.bucket, top=a.top, targets=targets,
-              check_crc=not a.no_crc)
+              check_crc=not a.no_crc, check_log=False)
     if engine.spark:
         from rocketidx.spark.session import get_session
         from rocketidx.spark.stats import index_stats

@@ -288,9 +288,16 @@ def _buckets(parts: list):
     return b.sort_values("bucket_start_ms").reset_index(drop=True)
 
 
-def index_stats_local(index_dir: str | os.PathLike, commitlog: str | os.PathLike | None = None, **kw) -> LocalIndexStats:
+def index_stats_local(index_dir: str | os.PathLike, commitlog: str | os.PathLike | None = None, *,
+                      check_log: bool = True, **kw) -> LocalIndexStats:
     """:class:`LocalIndexStats` of ``index_dir`` (and its keys in ``commitlog``); options as
-    :func:`rocketidx.spark.stats.index_stats` takes them, less the Spark ones."""
+    :func:`rocketidx.spark.stats.index_stats` takes them, less the Spark ones. A ``commitlog`` the index
+    was not built from raises :class:`rocketidx.errors.IndexLogMismatchError` (a sample of its entries:
+    :mod:`rocketidx.logmatch`; ``check_log=False``: the caller has checked)."""
+    if commitlog is not None and check_log:
+        from rocketidx.logmatch import require_index_of_log
+        require_index_of_log(index_dir, commitlog, kw.get("hash_slot_num"), kw.get("index_num"),
+                             check_crc=kw.get("check_crc", True))
     return LocalIndexStats(str(index_dir), None if commitlog is None else str(commitlog), **kw)
 
 

@@ -62,10 +62,11 @@ class VerifyReport:
     entries_checked: int = 0
     expected_entries: int | None = None
     covered_range: tuple[int, int] | None = None
+    log_mismatch: str | None = None  # why the index is not the CommitLog's (rocketidx.logmatch), if it is not
 
     @property
     def clean(self) -> bool:
-        return not self.counts
+        return not self.counts and self.log_mismatch is None
 
     def add(self, file: str, offsets, kind: str, detail) -> None:
         """Record problems of one kind at the given byte offsets (detail: str or one str per offset)."""
@@ -84,7 +85,8 @@ class VerifyReport:
     def as_dict(self) -> dict:
         return {"clean": self.clean, "counts": dict(self.counts), "entries_checked": self.entries_checked,
                 "expected_entries": self.expected_entries, "covered_range": self.covered_range,
-                "files": [asdict(f) for f in self.files], "problems": [asdict(p) for p in self.problems]}
+                "log_mismatch": self.log_mismatch, "files": [asdict(f) for f in self.files],
+                "problems": [asdict(p) for p in self.problems]}
 
 
 def check_structure(f: IndexFile, report: VerifyReport) -> dict | None:
@@ -220,6 +222,7 @@ class _Sink:
                 continue
             listed, total, next_offset = entry
             report.counts[kind] += total
+            report.files[fi].problems += total  # the per-file table counts content problems too
             report.problems.extend(Problem(files[fi].path, off, kind, d) for off, d in listed)
             if total > len(listed):
                 report.problems.append(Problem(files[fi].path, next_offset, kind,
@@ -303,6 +306,7 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     lo = min(b for _, b, _ in spans.values())
     hi = max(e for _, _, e in spans.values())
     report.covered_range = (lo, hi)
+    report.log_mismatch = log_mismatch(files, commitlog, check_crc, rules)
     report.expected_entries = 0
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
@@ -313,12 +317,14 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         try:
             sink = _judge_streaming(files, spans, commitlog, params, rules, check_crc, report)
             # A misplaced field the streaming read never met (it starts at the lowest item, which such a
-            # field can put past every real record) shows as problems: look for one before reporting them.
-            if sink.kept and _misplaced_field_in(commitlog, rules, check_crc):
+            # field can put past every real record) shows as problems: look for one before reporting them
+            # (not when they come from another log: the sample found its fields where they lie).
+            if sink.kept and report.log_mismatch is None and _misplaced_field_in(commitlog, rules, check_crc):
                 sink = None
         except _FieldsOutOfPlace:
             sink = None
     if rules.fields_out_of_place or sink is None:
+        report.log_mismatch = None  # offsets are not positions here: the sample cannot judge (as on Spark)
         report.expected_entries = 0
         sink = _judge_held(files, spans, commitlog, params, rules, check_crc, report)
     sink.flush(report, files)
@@ -336,6 +342,7 @@ class BuildRead:
     from_time_ms: int | None = None
     to_time_ms: int | None = None
     fields_out_of_place: bool = False
+    commitlog: str | None = None  # the CommitLog the build read, as it was given to it
 
     @classmethod
     def of(cls, manifest: Manifest | None) -> BuildRead:
@@ -348,7 +355,7 @@ class BuildRead:
         if start is None and segments:
             start = segments[0]["base_offset"]
         return cls(start, f.get("to_offset"), f.get("from_time_ms"), f.get("to_time_ms"),
-                   h.get("phy_mismatch") is not None)
+                   h.get("phy_mismatch") is not None, h.get("commitlog"))
 
     def in_time(self, ts: np.ndarray) -> np.ndarray:
         keep = np.ones(len(ts), bool)
@@ -357,6 +364,17 @@ class BuildRead:
         if self.to_time_ms is not None:
             keep &= ts < self.to_time_ms
         return keep
+
+
+def log_mismatch(files: list[IndexFile], commitlog, check_crc: bool, rules: BuildRead) -> str | None:
+    """The report's line when ``files`` were not built from ``commitlog`` (a sample of their entries,
+    :func:`rocketidx.logmatch.match_log`: most point where no message makes their key), else None."""
+    from rocketidx.logmatch import match_log
+    m = match_log(files, commitlog, check_crc=check_crc, built_from=rules.commitlog,
+                  fields_out_of_place=rules.fields_out_of_place)
+    if not m.another_log:
+        return None
+    return f"the index was not built from this CommitLog ({storage.redact(str(commitlog))}): {m.reason()}"
 
 
 class _FieldsOutOfPlace(Exception):

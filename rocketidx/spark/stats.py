@@ -608,12 +608,15 @@ def index_stats(spark, index_dir: str | os.PathLike, commitlog: str | os.PathLik
                 top: int = core.DEFAULT_TOP, bins: int = core.DEFAULT_BINS,
                 targets: core.SizingTargets = core.SizingTargets(), key_parts: int | None = None,
                 filter_bits: int = core.DEFAULT_FILTER_BITS, check_crc: bool = True,
-                split_bytes: int = DEFAULT_SPLIT_BYTES) -> IndexStats:
+                split_bytes: int = DEFAULT_SPLIT_BYTES, check_log: bool = True) -> IndexStats:
     """Statistics of the index in ``index_dir`` (and of its keys in ``commitlog``), computed on ``spark``.
 
     ``bucket_ms``: time bucket (default: about 96 buckets over the index's span); ``top``: longest
     chains and hot keys kept; ``targets``: what the sizing advice aims for; ``key_parts``: hash
     partitions of the key merge (default: the session's parallelism, more past 16 M key hashes each).
+    A ``commitlog`` the index was not built from raises :class:`rocketidx.errors.IndexLogMismatchError`
+    before any Spark job (a sample of its entries: :mod:`rocketidx.logmatch`; ``check_log=False``: the
+    caller has checked).
     """
     index_dir = str(index_dir)
     refs, manifest = core.file_refs(index_dir, hash_slot_num, index_num)
@@ -622,6 +625,9 @@ def index_stats(spark, index_dir: str | os.PathLike, commitlog: str | os.PathLik
     if commitlog is not None:
         from rocketidx.segments import list_segments
         list_segments(commitlog)  # a typed error naming the path, before any Spark job
+        if check_log:
+            from rocketidx.logmatch import require_index_of_log
+            require_index_of_log(index_dir, commitlog, hash_slot_num, index_num, check_crc=check_crc)
     begin, end = index_span_ms(refs)
     total = sum(core.read_header(r.path, r.hash_slot_num, r.index_num).index_count - 1 for r in refs)
     parallelism = spark.sparkContext.defaultParallelism

@@ -71,7 +71,7 @@ from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_
 from rocketidx.splits import DEFAULT_SPLIT_BYTES
 from rocketidx.verify import (CANDIDATE, MAX_LISTED_PER_KIND, BuildRead, ContentParams, EntryRows, FileSummary, Found,
                               ItemRows, Problem, VerifyReport, check_structure, describe, judge_content, listing_order,
-                              verify_index)
+                              log_mismatch, verify_index)
 
 log = logging.getLogger(__name__)
 
@@ -313,6 +313,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     lo = min(r["min_phy_offset"] for r in nonempty)
     hi = max(r["max_phy_offset"] for r in nonempty)
     report.covered_range = (lo, hi)
+    report.log_mismatch = log_mismatch(files, commitlog, check_crc, rules)  # a sample, in the driver
 
     register(spark)
     opts = SourceOptions(path=str(commitlog), output="shuffle", from_offset=lo, to_offset=hi + 1,
@@ -419,3 +420,4 @@ def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, tota
         next_offset = (listed_rows[MAX_LISTED_PER_KIND]["offset"]
                        if kind != "missing" and len(listed_rows) > MAX_LISTED_PER_KIND else 0)
         _add_listed(report, files[i].path, kind, int(totals.get((i, kind), 0)), listed, next_offset)
+        report.files[i].problems += int(totals.get((i, kind), 0))  # the per-file table counts them too

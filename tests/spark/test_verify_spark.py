@@ -310,3 +310,24 @@ def test_header_times_one_millisecond_off(spark, damaged):
     raw = files[6].read_bytes()
     path = poke(6, 8, ">q", struct.unpack_from(">q", raw, 8)[0] ^ 1)
     assert kinds_at(verify_both(spark, d, G3 / "commitlog"), path) == {"header-time": [8]}
+
+
+def test_another_log_is_said_and_every_file_counts_its_problems_on_spark(spark, tmp_path):
+    """Issue 20 item 6: an index checked against a CommitLog it was not built from (another gen seed) gives
+    the core's report on Spark: the one line saying so, and a per-file problems column that counts every
+    problem of the file (the content ones included), not 0."""
+    from rocketidx.config import BuildConfig
+    from rocketidx.generate import GenConfig, generate_store
+    shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
+    generate_store(tmp_path / "A", GenConfig(seed=1, **shape))
+    generate_store(tmp_path / "B", GenConfig(seed=2, **shape))
+    build_index(tmp_path / "A", tmp_path / "out", BuildConfig(hash_slot_num=4096, index_num=8192))
+    _, manifest = open_for_verify(tmp_path / "out", None, None, VerifyReport())
+    from rocketidx.verify import BuildRead
+    rules = BuildRead.of(manifest)
+    other = verify_both(spark, tmp_path / "out", tmp_path / "B", slots=None, items=None, window=True, rules=rules)
+    assert other.log_mismatch.startswith("the index was not built from this CommitLog")
+    assert all(f.problems for f in other.files)
+    assert sum(f.problems for f in other.files) == sum(other.counts.values())
+    same = verify_both(spark, tmp_path / "out", tmp_path / "A", slots=None, items=None, window=True, rules=rules)
+    assert same.clean and same.log_mismatch is None

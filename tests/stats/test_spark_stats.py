@@ -251,3 +251,22 @@ def test_a_damaged_item_is_a_typed_error_naming_the_file(spark, small_store, tmp
     with pytest.raises(CorruptIndexError) as e:
         index_stats(spark, bare, hash_slot_num=1009, index_num=400)
     assert (e.value.path, e.value.offset) == (str(victim), at)
+
+
+def test_another_log_is_refused_before_any_spark_job(spark, tmp_path):
+    """Issue 20 item 6: statistics of an index with a CommitLog it was not built from would show that log's
+    topics and keys as the index's: a typed error saying so, on Spark as in process."""
+    from rocketidx.build import build_index
+    from rocketidx.config import BuildConfig
+    from rocketidx.errors import IndexLogMismatchError
+    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.spark.stats import index_stats
+    shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
+    generate_store(tmp_path / "A", GenConfig(seed=1, **shape))
+    generate_store(tmp_path / "B", GenConfig(seed=2, **shape))
+    build_index(tmp_path / "A", tmp_path / "out", BuildConfig(hash_slot_num=4096, index_num=8192))
+    with pytest.raises(IndexLogMismatchError, match="not built from the CommitLog"):
+        index_stats(spark, tmp_path / "out", tmp_path / "B")
+    stats = index_stats(spark, tmp_path / "out", tmp_path / "A")
+    assert stats.summary()["entries"] > 0
+    stats.unpersist()

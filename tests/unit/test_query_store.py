@@ -96,6 +96,52 @@ def test_show_decodes_each_message(store, capsys):
     assert f"{len(q['offsets'])} message(s)" in text and "properties" in text
 
 
+def test_show_json_names_each_message_s_segment_and_its_offset_inside_it(store, capsys):
+    """--show --json reports the record as the reader does: its segment and its offset in that segment (not 0,
+    the offset inside the record alone that is read back), for messages in every segment of the log."""
+    msgs = messages_by_offset()
+    qs = [q for q in queries("present:") if q["offsets"]]
+    seen_segments = set()
+    for q in qs[:60]:
+        rows = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--topic", q["topic"],
+                   "--key", q["key"], "--show", "--json")
+        for r in rows:
+            want = msgs[r["phy_offset"]]
+            assert (r["segment"], r["segment_offset"]) == (want["segment"], want["segment_offset"])
+            assert r["segment_offset"] == r["phy_offset"] - int(r["segment"])
+            seen_segments.add(r["segment"])
+    assert len(seen_segments) > 1 and any(int(m["segment_offset"]) for m in msgs.values())
+
+
+def iso(ms: int, zulu: bool) -> str:
+    from rocketidx.units import format_utc
+    text = format_utc(ms, iso=True)
+    return text.replace("+00:00", "Z") if zulu else text
+
+
+def test_begin_and_end_take_iso_8601_times_as_every_time_flag_does(store, capsys, tmp_path):
+    """--begin/--end (and a --queries line's begin/end) accept ISO-8601 as well as epoch ms, with the same
+    answers as the broker's for those times."""
+    timed = [q for q in queries("present:") if q["begin"] > 0 and q["end"] < 2**63 - 1][:12]
+    assert any(q["offsets"] for q in timed) and any(not q["offsets"] for q in timed)
+    for n, q in enumerate(timed):
+        got = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--topic", q["topic"],
+                  "--key", q["key"], "--max", str(q["maxNum"]), "--begin", iso(q["begin"], n % 2 == 0),
+                  "--end", iso(q["end"], n % 2 == 1))
+        assert (got[0]["begin"], got[0]["end"], got[0]["offsets"]) == (q["begin"], q["end"], q["offsets"])
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("\n".join(json.dumps(dict(q, begin=iso(q["begin"], True), end=iso(q["end"], False)))
+                               for q in timed))
+    got = run(capsys, "--store", str(store), "--hash-slots", "1000", "--index-num", "1000", "--queries", str(qfile))
+    assert [(g["begin"], g["end"], g["offsets"]) for g in got] == [(q["begin"], q["end"], q["offsets"]) for q in timed]
+    with pytest.raises(SystemExit) as bad:
+        main(["query", "--store", str(store), "--topic", "T", "--key", "k", "--begin", "yesterday"])
+    assert bad.value.code == 2 and "--begin" in capsys.readouterr().err
+    qfile.write_text(json.dumps({"topic": "T", "key": "k", "begin": "yesterday"}))
+    assert main(["query", "--store", str(store), "--queries", str(qfile)]) == 2
+    assert "begin" in capsys.readouterr().err
+
+
 def test_offset_without_a_message_reads_as_none(store):
     table, found = read_messages_at(store / "commitlog", [0, 5, 10**9])
     assert found == [True, False, False]
