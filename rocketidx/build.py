@@ -16,11 +16,12 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from rocketidx import layout as L
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptRecordError
-from rocketidx.entries import drop_first_entries, rollback_count
+from rocketidx.entries import entry_positions, first_entries_mask, rollback_count
 from rocketidx.indexfile import FileInfo, WindowWriter
 from rocketidx.manifest import INDEX_DIR, MANIFEST_VERSION
 from rocketidx import storage
@@ -42,6 +43,7 @@ class BuildSummary:
     messages_indexed: int = 0
     rollback_skipped: int = 0
     below_end_phy_offset_skipped: int = 0
+    below_end_first_offset: int | None = None  # CommitLog offset of the first record whose entries were skipped
     entries: int = 0
     windows: int = 0
     files: int = 0
@@ -63,18 +65,21 @@ class WindowSet:
         self.directory, self.config, self.max_open = directory, config, max_open
         self.writers: OrderedDict[int, WindowWriter] = OrderedDict()
 
-    def add(self, window: np.ndarray, phy: np.ndarray, key_hash: np.ndarray, ts: np.ndarray) -> None:
+    def add(self, window: np.ndarray, phy: np.ndarray, key_hash: np.ndarray, ts: np.ndarray,
+            positions: np.ndarray | None = None) -> None:
+        """Entries in CommitLog order; ``positions``: their records' offsets where a PHYSICALOFFSET lies."""
         if len(window) == 0:
             return
         if window[0] == window[-1] and (window == window[0]).all():  # the common case: one window
-            self._writer(int(window[0])).add(phy, key_hash, ts)
+            self._writer(int(window[0])).add(phy, key_hash, ts, positions)
             return
         # Group by window keeping CommitLog order inside each group.
         order = np.argsort(window, kind="stable")
         w_sorted = window[order]
         cuts = np.flatnonzero(np.diff(w_sorted)) + 1
         for idx in np.split(order, cuts):
-            self._writer(int(window[idx[0]])).add(phy[idx], key_hash[idx], ts[idx])
+            self._writer(int(window[idx[0]])).add(phy[idx], key_hash[idx], ts[idx],
+                                                  None if positions is None else positions[idx])
 
     def _writer(self, w: int) -> WindowWriter:
         wr = self.writers.get(w)
@@ -101,6 +106,11 @@ class WindowSet:
     @property
     def skipped_below_end(self) -> int:
         return sum(w.skipped_below_end for w in self.writers.values())
+
+    @property
+    def first_skipped_at(self) -> int | None:
+        return min((w.first_skipped_at for w in self.writers.values() if w.first_skipped_at is not None),
+                   default=None)
 
 
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
@@ -143,12 +153,16 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
                 if summary.phy_mismatch is None:
                     summary.phy_mismatch = first_misplaced(seg, recs)
                 summary.rollback_skipped += rollback_count(recs)
-                entries = drop_first_entries(entries, start_offset, skip_entries)
+                positions = entry_positions(buf, seg, recs, entries)
+                drop = first_entries_mask(entries, start_offset, skip_entries, positions)
+                if drop is not None:
+                    entries = entries.filter(pa.array(~drop))
+                    positions = None if positions is None else positions[~drop]
                 phy = entries.column("phy_offset").to_numpy()
                 summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
                 ts = entries.column("store_timestamp_ms").to_numpy()
                 windows.add(assign_windows(ts, config.window_ms), phy,
-                            entries.column("key_hash").to_numpy(), ts)
+                            entries.column("key_hash").to_numpy(), ts, positions)
                 summary.entries += entries.num_rows
                 if progress:
                     progress(reader)
@@ -167,6 +181,7 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
         summary.stop = reader.stop.as_dict() if reader.stop else None
         summary.stops = [s.as_dict() for s in reader.stops]
         summary.below_end_phy_offset_skipped = windows.skipped_below_end
+        summary.below_end_first_offset = windows.first_skipped_at
         summary.entries -= summary.below_end_phy_offset_skipped
         summary.windows = len({f.window_id for f in files})
         summary.files = len(files)
@@ -225,5 +240,7 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "windows": summary.windows,
         "bytes_read": summary.bytes_read,
         "stop": summary.stop,
-    } | ({"phy_mismatch": summary.phy_mismatch} if summary.phy_mismatch else {})
+    } | ({"phy_mismatch": summary.phy_mismatch} if summary.phy_mismatch else {}) | (
+        {"below_end_first_offset": summary.below_end_first_offset}
+        if summary.below_end_first_offset is not None else {})
 

@@ -8,7 +8,9 @@ CommitLog order (offsets, store times, entry counts, then every entry's key hash
 Why: an engine that moves rows pays per row (Arrow -> rows, shuffle, sort, rows -> Arrow); on the 5.7 GB
 bench store, a row per message cost twice the whole core build's CPU on Spark. A bundle carries the
 same fixed-width values in one row; bundles of one window never overlap in offsets, so ordering them
-by (window, first offset) keeps every window's entries in CommitLog order. Key strings never leave the
+by (window, first offset) keeps every window's entries in CommitLog order. The offsets that order and
+cut are the records' own; a PHYSICALOFFSET field that is not (damage the broker indexes as it is) travels
+beside it, and is what the entries carry. Key strings never leave the
 reading process.
 """
 from __future__ import annotations
@@ -22,26 +24,34 @@ from rocketidx.windows import assign_windows
 
 BUNDLE_ROWS = pa.schema([
     ("window", pa.int64()),
-    ("phy_offset", pa.int64()),  # the bundle's first message
+    ("phy_offset", pa.int64()),  # the CommitLog offset of the bundle's first message: the sort key
     ("messages", pa.int32()),
-    ("phy_offsets", pa.binary()),  # int64 little-endian, one per message
+    ("phy_offsets", pa.binary()),  # int64 little-endian, one per message: its PHYSICALOFFSET field
     ("store_timestamps_ms", pa.binary()),  # int64 little-endian, one per message
     ("entry_counts", pa.binary()),  # int32 little-endian, one per message (each makes at least one)
     ("key_hashes", pa.binary()),  # int32 little-endian, one per entry, in entry order
+    # int64 little-endian, one per message: its CommitLog offset; null when every field is its offset
+    ("positions", pa.binary()),
 ])
 
 
-def pack_bundles(entries: pa.RecordBatch, window_ms: int) -> dict[str, list]:
-    """The bundle rows of one batch of entries, as columns of :data:`BUNDLE_ROWS` (one row per window)."""
+def pack_bundles(entries: pa.RecordBatch, window_ms: int, positions: np.ndarray | None = None) -> dict[str, list]:
+    """The bundle rows of one batch of entries, as columns of :data:`BUNDLE_ROWS` (one row per window).
+
+    ``positions``: each entry's record offset where it differs from the entries' ``phy_offset`` (a
+    PHYSICALOFFSET field that lies, :func:`rocketidx.entries.entry_positions`); messages are told apart,
+    ordered and cut by it, and indexed by the field, as ``buildIndex`` does."""
     phy_e = entries.column("phy_offset").to_numpy()
-    # A message's entries are adjacent and share its offset (its first may have been skipped).
-    firsts = np.flatnonzero(np.concatenate(([True], phy_e[1:] != phy_e[:-1]))) if len(phy_e) else phy_e[:0]
+    at_e = phy_e if positions is None else np.asarray(positions, np.int64)
+    # A message's entries are adjacent and share its record (its first may have been skipped).
+    firsts = np.flatnonzero(np.concatenate(([True], at_e[1:] != at_e[:-1]))) if len(at_e) else at_e[:0]
     rows: dict[str, list] = {f.name: [] for f in BUNDLE_ROWS}
     n = len(firsts)
     if n == 0:
         return rows
     hashes = entries.column("key_hash").to_numpy().astype("<i4", copy=False)
     phy = phy_e[firsts].astype("<i8", copy=False)
+    at = at_e[firsts].astype("<i8", copy=False)
     ts = entries.column("store_timestamp_ms").to_numpy()[firsts].astype("<i8", copy=False)
     counts = np.diff(np.append(firsts, len(hashes))).astype("<i4")
     msg_window = assign_windows(ts, window_ms)
@@ -52,9 +62,10 @@ def pack_bundles(entries: pa.RecordBatch, window_ms: int) -> dict[str, list]:
         groups = np.split(order, np.flatnonzero(np.diff(msg_window[order])) + 1)
     for g in groups:
         rows["window"].append(int(msg_window[g[0]]))
-        rows["phy_offset"].append(int(phy[g[0]]))
+        rows["phy_offset"].append(int(at[g[0]]))
         rows["messages"].append(len(g))
         rows["phy_offsets"].append(phy[g].tobytes())
+        rows["positions"].append(None if positions is None else at[g].tobytes())
         rows["store_timestamps_ms"].append(ts[g].tobytes())
         rows["entry_counts"].append(counts[g].tobytes())
         rows["key_hashes"].append(hashes[entry_indices(firsts[g], counts[g])].tobytes())
@@ -79,11 +90,18 @@ class Bundle:
     store_timestamps_ms: np.ndarray  # int64 per message
     entry_counts: np.ndarray  # int32 per message
     key_hashes: np.ndarray  # int32 per entry
+    lying: np.ndarray | None = None  # int64 per message: CommitLog offsets, where a field is not one
 
     @classmethod
-    def from_row(cls, window: int, phy: bytes, ts: bytes, counts: bytes, hashes: bytes) -> "Bundle":
+    def from_row(cls, window: int, phy: bytes, ts: bytes, counts: bytes, hashes: bytes,
+                 positions: bytes | None = None) -> "Bundle":
         return cls(window, np.frombuffer(phy, "<i8"), np.frombuffer(ts, "<i8"), np.frombuffer(counts, "<i4"),
-                   np.frombuffer(hashes, "<i4"))
+                   np.frombuffer(hashes, "<i4"), None if positions is None else np.frombuffer(positions, "<i8"))
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Each message's CommitLog offset (what the broker's recovery cuts by)."""
+        return self.phy_offsets if self.lying is None else self.lying
 
     def entries(self, keep=None):
         """``(phy_offset, key_hash, store_timestamp_ms)`` per entry, for the messages ``keep`` selects."""
@@ -94,12 +112,22 @@ class Bundle:
             phy, ts, counts = phy[keep], ts[keep], counts[keep]
         return np.repeat(phy, counts), hashes, np.repeat(ts, counts)
 
+    def entry_positions(self, keep=None) -> np.ndarray | None:
+        """Each entry's CommitLog offset, for the messages ``keep`` selects, where a field lies (else None:
+        the entries' ``phy_offset`` is it)."""
+        if self.lying is None:
+            return None
+        at, counts = self.lying, self.entry_counts
+        if keep is not None and not keep.all():
+            at, counts = at[keep], counts[keep]
+        return np.repeat(at, counts)
+
 
 def iter_bundles(batch: pa.RecordBatch):
     """The bundle rows of a batch holding :data:`BUNDLE_ROWS` columns (rows whose window is null, such as
     a shuffle's info rows, are skipped), as :class:`Bundle` values."""
     cols = [batch.column(c).to_pylist() for c in ("window", "phy_offsets", "store_timestamps_ms",
-                                                   "entry_counts", "key_hashes")]
-    for w, phy, ts, counts, hashes in zip(*cols):
+                                                   "entry_counts", "key_hashes", "positions")]
+    for w, phy, ts, counts, hashes, positions in zip(*cols):
         if w is not None:
-            yield Bundle.from_row(w, phy, ts, counts, hashes)
+            yield Bundle.from_row(w, phy, ts, counts, hashes, positions)

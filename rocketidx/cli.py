@@ -55,7 +55,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help="replace an output that holds a build of another CommitLog directory, range, window or "
                         "sizes (default: refuse; a rebuild of the same kind needs no flag, even after the log grew)")
     b.add_argument("--strict", action="store_true",
-                   help="exit 1 when reading stopped early (an invalid record or a zero tail before the end)")
+                   help="exit 1 when reading stopped early (an invalid record or a zero tail before the end) "
+                        "or a broker rule left entries out (PHYSICALOFFSET fields that are not their records' "
+                        "offsets, messages below an IndexFile's endPhyOffset)")
     _add_engine_arguments(b, "build", spark_conf, engine_flag)
     b.add_argument("--from-offset", type=count_arg("--from-offset"), default=None,
                    help="first CommitLog offset to index")
@@ -254,7 +256,31 @@ def run_build(a: argparse.Namespace) -> int:
               file=sys.stderr)
         if a.strict:
             return 1
+    left_out = broker_rule_warning(summary, segments)
+    if left_out:
+        print("rocketidx build: warning: " + left_out + ("" if a.strict else " (--strict makes this exit 1)"),
+              file=sys.stderr)
+        if a.strict:
+            return 1
     return 0
+
+
+def broker_rule_warning(summary, segments) -> str | None:
+    """What a broker rule left out of the index, in one line, or None: records whose PHYSICALOFFSET field
+    is not their own offset (their entries point at that field, as the broker indexes them) and entries
+    skipped below a file's endPhyOffset (``buildIndex``), each with the first place it happened."""
+    parts = []
+    if summary.below_end_phy_offset_skipped:
+        at = summary.below_end_first_offset
+        seg = next((x for x in reversed(segments) if at is not None and x.base_offset <= at), None)
+        where = f"{seg.name} @ byte {at - seg.base_offset} (offset {at})" if seg else f"offset {at}"
+        parts.append(f"{summary.below_end_phy_offset_skipped:,} entries left out by the broker's rule that skips "
+                     f"a message below its IndexFile's endPhyOffset, the first from the record at {where}")
+    if summary.phy_mismatch:
+        m = summary.phy_mismatch
+        parts.append(f"PHYSICALOFFSET fields that are not their records' offsets, the first at {m['segment']} @ byte "
+                     f"{m['segment_offset']} (its entries point where the field says, as the broker indexes them)")
+    return "; ".join(parts) or None
 
 
 def _time_index_arg(a) -> str | None:

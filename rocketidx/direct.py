@@ -38,6 +38,7 @@ from rocketidx.errors import EmptySelectionError, RocketIdxError
 from rocketidx.indexfile import FileInfo, Header
 from rocketidx.segments import list_segments
 from rocketidx.output import TASKS_DIR, LocalOutput, RemoteOutput, Staging, TaskFiles, built_here
+from rocketidx.messages import STOP_RANGE_END
 from rocketidx.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, read_split, resolve_stops
 from rocketidx.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir, keep, plan_slice
 from rocketidx.timeplan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
@@ -99,16 +100,18 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
                 ts = e.column("store_timestamp_ms").to_numpy()
                 phy = e.column("phy_offset").to_numpy()
                 kh = e.column("key_hash").to_numpy()
+                at = chunk.positions  # records' offsets where a PHYSICALOFFSET field lies, else None
                 w = assign_windows(ts, params.window_ms)
                 mine = np.isin(w, owned) if len(owned) > 1 else w == owned[0]
                 if not mine.all():
                     if counts:
                         n_strays += int((~mine).sum())
                         if n_strays <= MAX_STRAYS:
-                            stray_pos.append(phy[~mine])
+                            stray_pos.append((phy if at is None else at)[~mine])
                             stray_win.append(w[~mine])
                     w, phy, kh, ts = w[mine], phy[mine], kh[mine], ts[mine]
-                windows.add(w, phy, kh, ts)
+                    at = None if at is None else at[mine]
+                windows.add(w, phy, kh, ts, at)
             if counts and report_ranges:
                 infos.append(info)
             if counts and info.stop_kind in FINAL_STOPS:
@@ -129,7 +132,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params, task_dir: str, partition
     for wr in windows.writers.values():
         rows.append({"kind": "window", "partition": partition, "task_dir": task_dir, "window_id": wr.window_id,
                          "window_start_ms": wr.window_id * params.window_ms, "entries": wr.entries,
-                         "skipped_below_end": wr.skipped_below_end, "worker_rss_kb": rss})
+                         "skipped_below_end": wr.skipped_below_end, "first_skipped_at": wr.first_skipped_at,
+                         "worker_rss_kb": rss})
     rows.extend({"kind": "range", "partition": partition, "info": i.to_json()} for i in infos)
     if n_strays:
         pos = np.concatenate(stray_pos) if n_strays <= MAX_STRAYS else np.zeros(0, np.int64)
@@ -220,29 +224,31 @@ def plan_tasks(segments, spec: SplitSpec, window_ms: int, wanted: int | None, co
     return DirectPlan(tasks, skipped)
 
 
-def run_direct(plan: DirectPlan, segments, run_job: Callable[..., list[dict]], figures: dict, *,
-               strict: bool = True) -> tuple[list[dict], ResolvedStops, int] | None:
+def run_direct(plan: DirectPlan, segments, run_job: Callable[..., list[dict]],
+               figures: dict) -> tuple[list[dict], ResolvedStops, int] | None:
     """Run the tasks (``run_job(tasks, what, report_ranges=...)`` -> rows) and check what they wrote.
 
     Returns ``(rows, resolved, pieces)``, or None when the direct plan cannot give the in-process bytes
     (the caller removes ``_tasks`` and builds another way): a read whose stops drop entries a later task
-    already wrote, splits that disagree on record starts, PHYSICALOFFSET fields that are not their
-    records' offsets (``strict``: the shuffle plan orders by them), more strays than
-    :data:`MAX_STRAYS` in a task, or tasks owning strays that hold more than :data:`MAX_RERUN_SHARE` of
-    the bytes. Fewer strays are rerouted by rerunning only the tasks that own their windows, with the
-    stray records as extra pieces.
+    already wrote, splits that disagree on record starts, more strays than :data:`MAX_STRAYS` in a
+    task, tasks owning strays that hold more than :data:`MAX_RERUN_SHARE` of the bytes, or strays in a
+    log whose PHYSICALOFFSET fields are not all their records' offsets (a stray is reread as a piece
+    that starts at its record, found by that field). Fewer strays are rerouted by rerunning only the
+    tasks that own their windows, with the stray records as extra pieces.
     """
     tasks = plan.tasks
     rows = run_job(tasks, "direct")
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
     resolved = resolve_stops(infos + plan.skipped)
-    if resolved.chain_breaks or (strict and resolved.phy_mismatch) or \
-            sum(i.entries for i in infos) != resolved.entries:
+    if resolved.chain_breaks or sum(i.entries for i in infos) != resolved.entries:
         log.info("the direct plan gives way: %s", "splits disagree on record starts" if resolved.chain_breaks
-                 else "PHYSICALOFFSET mismatch" if resolved.phy_mismatch
                  else "reading stops before the end of what the tasks wrote")
         return None
     positions, windows, count, complete = strays_of(rows)
+    if count and resolved.phy_mismatch:
+        log.info("the direct plan gives way: entries out of time order in a log with PHYSICALOFFSET fields "
+                 "out of place")
+        return None
     if count:
         again = rerun_tasks(tasks, positions, windows, segments)
         share = sum(t.bytes for t in again) / max(1, sum(t.bytes for t in tasks))
@@ -282,6 +288,8 @@ def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
     for wid in sorted(set(files_by_window) | set(by_window)):
         wrow = by_window.get(wid)
         frows = sorted(files_by_window.get(wid, []), key=lambda r: r["seq"])
+        if wrow is not None and not frows and wrow["entries"] == 0:
+            continue  # every entry of the window fell below endPhyOffset (buildIndex): no file, as in process
         if wrow is None or not frows:
             raise RocketIdxError(f"window {wid}: files and window summary do not match")
         if [r["seq"] for r in frows] != list(range(len(frows))) or {r["task_dir"] for r in frows} != {wrow["task_dir"]}:
@@ -308,7 +316,13 @@ def validate(rows: list[dict], resolved: ResolvedStops, config: BuildConfig):
     if written + skipped != resolved.entries:
         raise RocketIdxError(f"entries read ({resolved.entries}) != written ({written}) + skipped below "
                              f"endPhyOffset ({skipped}): the writers lost or duplicated entries")
-    return files, len(by_window), skipped
+    return files, len({f.window_id for f in files}), skipped
+
+
+def first_skipped(rows: list[dict]) -> int | None:
+    """CommitLog offset of the first record whose entries a window's endPhyOffset skip left out."""
+    return min((r["first_skipped_at"] for r in rows if r["kind"] == "window" and r.get("first_skipped_at")
+                is not None), default=None)
 
 
 
@@ -378,6 +392,7 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     summary.messages_indexed = resolved.indexed
     summary.rollback_skipped = resolved.rollback
     summary.below_end_phy_offset_skipped = skipped
+    summary.below_end_first_offset = first_skipped(rows)
     summary.entries = resolved.entries - skipped
     summary.windows = windows
     summary.files = len(files)
@@ -389,7 +404,10 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     # What the readers went through: each counted range from its start to where it stopped or ended
     # (ranges tile the log, so a whole read scans bytes_read; a time index's slice, less).
     infos = [RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range"]
-    summary.bytes_scanned = sum(max(0, min(i.stop_offset, i.end) - i.start) for i in infos
+    # A range whose last record runs past its end and stops reading for good there (a zero tail or an
+    # invalid record, peeked at) scanned up to that stop, as the sequential reader does.
+    summary.bytes_scanned = sum(max(0, (min(i.stop_offset, i.end) if i.stop_kind == STOP_RANGE_END
+                                        else i.stop_offset) - i.start) for i in infos
                                 if i.index in resolved.included)
     summary.wall_s = round(time.monotonic() - t0, 3)
     manifest = manifest_header(config, segments, summary)
@@ -450,7 +468,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
             plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
             params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
                                   time_blocks=collect_blocks(tdir, segments, spec, plan))
-            ran = run_direct(plan, segments, local_job(spec, params), figures, strict=False) if plan.tasks else \
+            ran = run_direct(plan, segments, local_job(spec, params), figures) if plan.tasks else \
                 ([], resolve_stops(plan.skipped), 0)
             if ran is None:
                 raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")

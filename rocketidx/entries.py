@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rocketidx import layout as L
+from rocketidx.errors import RocketIdxError
 from rocketidx.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
 from rocketidx.messages import KERNEL_MORE, kernel_stop, records_to_batch, scan_records
 from rocketidx.native import kernel, use_native
@@ -134,10 +135,38 @@ def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = No
 def drop_first_entries(entries: pa.RecordBatch, phy_offset: int | None, n: int) -> pa.RecordBatch:
     """``entries`` without the first ``n`` entries of the message at ``phy_offset``: a backfill continues
     a file that already holds them (the broker rolled over in the middle of that message's keys)."""
+    drop = first_entries_mask(entries, phy_offset, n)
+    return entries.filter(pa.array(~drop)) if drop is not None else entries
+
+
+def first_entries_mask(entries: pa.RecordBatch, phy_offset: int | None, n: int,
+                       positions: np.ndarray | None = None) -> np.ndarray | None:
+    """The mask :func:`drop_first_entries` drops (None: nothing), for callers filtering a parallel array;
+    ``positions`` (:func:`entry_positions`) finds the message by where it is rather than by its field."""
     if not n or phy_offset is None:
-        return entries
-    drop = (entries.column("phy_offset").to_numpy() == phy_offset) & (entries.column("entry_seq").to_numpy() < n)
-    return entries.filter(pa.array(~drop)) if drop.any() else entries
+        return None
+    at = entries.column("phy_offset").to_numpy() if positions is None else positions
+    drop = (at == phy_offset) & (entries.column("entry_seq").to_numpy() < n)
+    return drop if drop.any() else None
+
+
+def entry_positions(buf, seg: Segment, recs: np.ndarray, entries: pa.RecordBatch) -> np.ndarray | None:
+    """The absolute CommitLog offset of the record each entry comes from, or None when every record of
+    ``recs`` holds its own offset in PHYSICALOFFSET (then the entries' ``phy_offset`` is that offset).
+
+    An entry carries the PHYSICALOFFSET field, as ``buildIndex`` indexes it; where a record lies there,
+    the engines still need its position, to keep CommitLog order and to cut where reading stopped. Such
+    a batch (damage: rare) is mapped back through the reference path, whose entries are the kernel's, in
+    the same order.
+    """
+    pos = seg.base_offset + recs[:, L.REC_POS]
+    if len(recs) == 0 or (recs[:, L.REC_PHY] == pos).all():
+        return None
+    rows, _, _ = extract_entry_keys(records_to_batch(buf, seg, recs))
+    if len(rows) != entries.num_rows:
+        raise RocketIdxError(f"{seg.path}: {len(rows)} entries from the reference path, {entries.num_rows} "
+                             "from the kernel")
+    return pos[rows].astype(np.int64)
 
 
 def rollback_count(recs: np.ndarray) -> int:

@@ -133,6 +133,7 @@ class WindowWriter:
         self.suspended: tuple[str, Header, tuple[int, int]] | None = None
         self.end_phy_offset = 0  # of the window's current file: buildIndex skips messages below it
         self.skipped_below_end = 0
+        self.first_skipped_at: int | None = None  # CommitLog offset of the first record a skip hit
         self.entries = 0
 
     # -- files ----------------------------------------------------------------------------------
@@ -183,8 +184,12 @@ class WindowWriter:
 
     # -- entries --------------------------------------------------------------------------------
 
-    def add(self, phy_offset: np.ndarray, key_hash: np.ndarray, store_timestamp_ms: np.ndarray) -> None:
-        """Put a batch of entries, in CommitLog order (``IndexService.buildIndex`` + ``putKey``)."""
+    def add(self, phy_offset: np.ndarray, key_hash: np.ndarray, store_timestamp_ms: np.ndarray,
+            positions: np.ndarray | None = None) -> None:
+        """Put a batch of entries, in CommitLog order (``IndexService.buildIndex`` + ``putKey``).
+
+        ``positions``: each entry's record offset in the CommitLog, where it is not ``phy_offset`` (a
+        PHYSICALOFFSET field that lies); only used to say where the first skipped entry came from."""
         if self.suspended is not None:
             self.resume()
         phy = np.asarray(phy_offset, np.int64)
@@ -195,6 +200,8 @@ class WindowWriter:
         keep = at_or_above_end(phy, self.end_phy_offset)
         if not keep.all():
             self.skipped_below_end += int((~keep).sum())
+            if self.first_skipped_at is None:  # entries come in CommitLog order: the first skip is the first
+                self.first_skipped_at = int((phy if positions is None else np.asarray(positions))[np.argmin(keep)])
             phy, kh, ts = phy[keep], kh[keep], ts[keep]
             if len(phy) == 0:
                 return

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx import layout as L
-from rocketidx.entries import drop_first_entries, rollback_count, scan_entry_chunks
+from rocketidx.entries import entry_positions, first_entries_mask, rollback_count, scan_entry_chunks
 from rocketidx.messages import (MESSAGE_SCHEMA, STOP_CORRUPT, STOP_END_OF_DATA, STOP_RANGE_END, STOP_SEGMENT_END,
                                 ReadStop, find_first_record, records_to_batch, release_pages, scan_records)
 from rocketidx import storage
@@ -434,6 +434,9 @@ class SplitChunk(NamedTuple):
     buf: object  # the segment's bytes (positions in ``recs`` point into them)
     recs: np.ndarray  # records array (layout.REC_*)
     entries: pa.RecordBatch | None  # rocketidx.entries.ENTRY_SCHEMA
+    # Each entry's record offset, where some record's PHYSICALOFFSET is not its position (None: the
+    # entries' phy_offset is it): what orders and cuts entries (rocketidx.entries.entry_positions).
+    positions: np.ndarray | None = None
 
 
 def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chunks: bool = True,
@@ -490,23 +493,28 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
         bad = recs[:, L.REC_PHY] != pos
         if mismatch is None and bad.any():
             mismatch = int(recs[int(np.argmax(bad)), L.REC_POS])
+        # Entries carry the PHYSICALOFFSET field; where a record lies there, filters go by its position.
+        positions = entry_positions(buf, seg, recs, entries) if entries is not None and bad.any() else None
         keep = _keep(pos, recs[:, L.REC_STORE_TS], spec)
         if keep is not None and not keep.all():
             recs = recs[keep]
             if entries is not None:
-                # PHYSICALOFFSET is the record's position here (a mismatch fails the build before it commits).
-                e_keep = _keep(entries.column("phy_offset").to_numpy(),
+                e_keep = _keep(entries.column("phy_offset").to_numpy() if positions is None else positions,
                                entries.column("store_timestamp_ms").to_numpy(), spec)
                 entries = entries.filter(pa.array(e_keep))
+                positions = None if positions is None else positions[e_keep]
             if not len(recs):
                 continue
         records += len(recs)
         rollback += rollback_count(recs)
         if entries is not None:
-            entries = drop_first_entries(entries, spec.from_offset, spec.skip_entries)
+            drop = first_entries_mask(entries, spec.from_offset, spec.skip_entries, positions)
+            if drop is not None:
+                entries = entries.filter(pa.array(~drop))
+                positions = None if positions is None else positions[~drop]
             indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
             n_entries += entries.num_rows
-        yield SplitChunk(seg, buf, recs, entries)
+        yield SplitChunk(seg, buf, recs, entries, positions)
     stop = reader.stop
     if first is None and stop.kind not in (STOP_RANGE_END, STOP_SEGMENT_END):
         first = stop.segment_offset  # the split's first record is the one it stopped on

@@ -33,7 +33,7 @@ from functools import partial
 
 from rocketidx.build import BuildSummary
 from rocketidx.config import BuildConfig
-from rocketidx.errors import ConfigError, CorruptRecordError, RocketIdxError
+from rocketidx.errors import ConfigError, RocketIdxError
 from rocketidx.output import LocalOutput, RemoteOutput, Staging, open_output
 from rocketidx import interrupts, storage
 from rocketidx.segments import list_segments
@@ -262,11 +262,6 @@ def _run(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging
             raise RocketIdxError(f"the writers returned {len({i.index for i in infos})} of {len(parts)} split "
                                  "infos; is an AQE or shuffle setting merging the info copies?")
         resolved = resolve_stops(infos)
-        if resolved.phy_mismatch:
-            path, offset = resolved.phy_mismatch[0]
-            raise CorruptRecordError(path, offset, "PHYSICALOFFSET field differs from the record's own offset; "
-                                                   "the Spark build orders entries by it, so build this "
-                                                   "CommitLog in process (rocketidx build without Spark)")
         if not resolved.chain_breaks:
             return rows, resolved, len(parts)
         log.warning("splits disagree on where records start (%s); rereading those segments as one split",

@@ -229,7 +229,7 @@ def read_split(part: RangePartition | SegmentRange, opts: SourceOptions) -> Iter
                 [pa.array(assign_windows(ts.to_numpy(), opts.window_ms)), e.column("phy_offset"),
                  e.column("entry_seq"), e.column("key_hash"), ts], schema=ENTRY_ROWS)
         else:
-            rows = pack_bundles(chunk.entries, opts.window_ms)
+            rows = pack_bundles(chunk.entries, opts.window_ms, chunk.positions)
             rows["info"] = [None] * len(rows["window"])
             yield pa.RecordBatch.from_pydict(rows, schema=SHUFFLE_ROWS)
     if want == "stops":

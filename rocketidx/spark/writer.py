@@ -5,7 +5,8 @@ In: a partition's Arrow batches of :data:`rocketidx.spark.source.SHUFFLE_ROWS` (
 partition its own copy), then the bundles of each window it owns, window after window; bundles of a
 window hold disjoint offset ranges, so that order is CommitLog order.
 Out: Arrow batches of :data:`WRITER_ROWS`: one ``file`` row per IndexFile written (the manifest row the
-driver validates before it commits), one ``window`` row per window (entries, below-end skips), from the
+driver validates before it commits), one ``window`` row per window (entries, below-end skips and where
+the first was), from the
 partition holding copy 0 one ``range`` row per split (its :class:`RangeInfo`), and a last ``task`` row
 (the worker's CPU time and peak RSS).
 
@@ -50,6 +51,7 @@ WRITER_ROWS = pa.schema([
     ("size", pa.int64()),
     ("entries", pa.int64()),
     ("skipped_below_end", pa.int64()),
+    ("first_skipped_at", pa.int64()),  # window rows: CommitLog offset of the first record skipped, or null
     ("worker_rss_kb", pa.int64()),  # window and task rows: peak RSS of the Python worker so far
     ("cpu_ms", pa.int64()),  # task rows: CPU time the Python worker spent on this task
     ("info", pa.binary()),
@@ -99,7 +101,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                 for f in files]
         rows.append({"kind": "window", "partition": partition, "task_dir": task_dir, "window_id": w.window_id,
                      "window_start_ms": w.window_id * params.window_ms, "entries": w.entries,
-                     "skipped_below_end": w.skipped_below_end,
+                     "skipped_below_end": w.skipped_below_end, "first_skipped_at": w.first_skipped_at,
                      "worker_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
         return _rows(rows)
 
@@ -123,7 +125,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                                          "split infos before its first entry; the shuffle lost rows")
                 skip = resolve_stops(infos.values()).skip_intervals
             for bundle in iter_bundles(batch):
-                keep = skip_mask(bundle.phy_offsets, skip) if skip else None
+                keep = skip_mask(bundle.positions, skip) if skip else None
                 if keep is not None:
                     if keep.all():
                         continue
@@ -141,7 +143,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                         dest = TaskFiles(params.staging, task_dir)
                     writer = WindowWriter(dest.local, wid, params.window_ms, params.hash_slot_num,
                                           params.index_num)
-                writer.add(*bundle.entries(keep))
+                writer.add(*bundle.entries(keep), bundle.entry_positions(keep))
         if writer is not None:
             yield finish(writer)
             writer = None

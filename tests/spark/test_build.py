@@ -20,7 +20,7 @@ from scenarios import BASIC, SCENARIOS, lay_segment, props, write_segments
 from rocketidx.build import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.entries import extract_entries
-from rocketidx.errors import CorruptRecordError, StoreLockedError
+from rocketidx.errors import StoreLockedError
 from rocketidx.indexfile import IndexFile
 from rocketidx.output import output_lock
 from rocketidx.spark.pipeline import build_index_spark
@@ -86,19 +86,47 @@ def test_scenarios_split_into_small_pieces(spark, core_builds, tmp_path, name):
     assert _summary(summary.as_dict()) == _summary(core_summary)
 
 
-def test_a_record_whose_offset_field_lies_fails_before_anything_is_committed(spark, tmp_path):
-    recs = [replace(BASIC, queue_offset=i, properties=props(("UNIQ_KEY", f"U{i}"))) for i in range(5)]
-    recs[2] = replace(recs[2], phy_offset=99)
-    laid = lay_segment(recs, 4096)
-    store = write_segments(tmp_path / "store", [laid])
-    out = tmp_path / "out"
-    build_index(store, out, BuildConfig(7, 3, 0, "UTC"))
-    before = json.loads((out / "_manifest.json").read_text())
-    with pytest.raises(CorruptRecordError) as e:
-        build_index_spark(store, out, BuildConfig(7, 3, 0, "UTC"), spark=spark, split_bytes=100)
-    assert (e.value.path, e.value.offset) == (str(store / "commitlog" / laid.name), laid.offsets[2])
-    assert json.loads((out / "_manifest.json").read_text()) == before
-    assert [p.name for p in out.glob(".v-*")] == [Path(out / "current").resolve().name]
+# Records whose PHYSICALOFFSET field is not their position (the cases of tests/unit/test_build_verify_agree.py):
+# record -> its field, an int or "@k" for record k's position (two messages then share one offset).
+LYING = {
+    "far ahead": {3: 10**6},  # everything after it in its window is below endPhyOffset
+    "back to the start": {3: 0},
+    "onto a later record": {3: "@5"},  # two messages, one field: still two messages
+    "first record far ahead": {0: 10**6},
+    "negative": {2: -7},
+    "two moved": {1: "@6", 6: "@1"},
+    "at a split start": {4: 10**6},  # with split_bytes 200, a split resynchronises just past it
+}
+
+
+def _lying_store(root: Path, moves: dict) -> tuple[Path, object]:
+    recs = [replace(BASIC, queue_offset=i, store_timestamp_ms=1_700_000_000_000 + 1000 * i,
+                    properties=props(("UNIQ_KEY", f"U{i}"), ("KEYS", f"k{i} j{i % 3}"))) for i in range(8)]
+    where = lay_segment(recs, 8192).offsets
+    for i, v in moves.items():
+        recs[i] = replace(recs[i], phy_offset=where[int(v[1:])] if isinstance(v, str) else v)
+    laid = lay_segment(recs, 8192)
+    return write_segments(root, [laid]), laid
+
+
+@pytest.mark.parametrize("plan", ["direct", "shuffle"])
+@pytest.mark.parametrize("window", [0, 1000, 2000])
+@pytest.mark.parametrize("case", sorted(LYING))
+def test_a_record_whose_offset_field_lies_builds_as_in_process(spark, tmp_path, case, window, plan):
+    """Issue 20, item 3: the broker's rules decide (spec §2-§5): such a record passes recovery's checks,
+    ``buildIndex`` indexes its field and skips what falls below a file's endPhyOffset. The in-process
+    build does that; Spark gives the same files, manifest and summary (it refused the log before)."""
+    store, laid = _lying_store(tmp_path / "store", LYING[case])
+    config = BuildConfig(101, 400, window, "UTC")
+    _, core = build_index(store, tmp_path / "core", config)
+    assert core.phy_mismatch is not None
+    stats: dict = {}
+    _, summary = build_index_spark(store, tmp_path / "out", config, spark=spark, split_bytes=200,
+                                   shuffle_partitions=2, stats=stats, shuffle=plan == "shuffle")
+    assert same_build(tmp_path / "core", tmp_path / "out") == []
+    assert _summary(summary.as_dict()) == _summary(core.as_dict())
+    if core.below_end_phy_offset_skipped:
+        assert core.below_end_first_offset in laid.offsets
 
 
 def test_a_second_build_of_the_same_output_is_refused(spark, tmp_path):
