@@ -26,7 +26,9 @@ def _add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str
     if engine_flag:
         p.add_argument("--in-process", action="store_true",
                        help=f"{what} in this Python process with the core alone, no Spark (small stores, no JVM)")
-    p.add_argument("--master", default=None, help="Spark master (default local[*], or the one spark-submit gives)")
+    p.add_argument("--master", default=None,
+                   help="run on Spark with this master (default: the engine is chosen by size: in process below "
+                        "engine_break_even in --spark-conf, else Spark on local[*]; under spark-submit, its master)")
     p.add_argument("--spark-conf", default=spark_conf, help="Spark settings and split size (default conf/spark.json)")
     p.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None,
                    help="byte range per read task (default 128m)")
@@ -85,9 +87,12 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--index-num", type=count_arg("--index-num"), default=None,
                     help="default: read off the existing files, else the broker's 20000000")
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
-    bf.add_argument("--no-crc", action="store_true")
+    bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
     bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
     _add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
+
+
+DEMO_MESSAGES = 300_000  # the sample store `make run` generates
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,37 +100,58 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     sub = p.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("gen", help="write a sample broker store (CommitLog segments) from a seed")
+    g = sub.add_parser("gen", help="write a sample broker store (CommitLog segments) from a seed",
+                       description="Write a valid broker store (STORE/commitlog/ segments of one size, a blank "
+                                   "record where a message does not fit, a zero tail after the last one), the same "
+                                   "bytes for the same seed and settings. Prints a summary; --json for one JSON line.")
     g.add_argument("--out", required=True, help="store directory to create (commitlog/ goes inside)")
-    g.add_argument("--messages", type=count_arg("--messages"), required=True)
+    g.add_argument("--messages", type=count_arg("--messages"), required=True, help="how many messages to write")
     g.add_argument("--segment-bytes", type=size_arg("--segment-bytes"), default=64 * 1024**2, help="segment size (default 64m)")
     g.add_argument("--body-bytes", type=count_arg("--body-bytes"), default=300, help="mean body size (default 300)")
-    g.add_argument("--topics", type=count_arg("--topics"), default=4)
+    g.add_argument("--topics", type=count_arg("--topics"), default=4,
+                   help="how many topics the messages spread over (Topic0, Topic1, ...; default 4)")
     g.add_argument("--keys-per-message", type=count_arg("--keys-per-message"), default=2, help="most KEYS per message (default 2)")
     g.add_argument("--span", type=duration_arg("--span"), default=24 * 3_600_000, help="time span (default 24h)")
-    g.add_argument("--start-ms", type=count_arg("--start-ms"), default=1_700_000_000_000)
-    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--start-ms", type=count_arg("--start-ms"), default=1_700_000_000_000,
+                   help="store time of the first message, epoch ms (default 1700000000000: 2023-11-14T22:13:20Z)")
+    g.add_argument("--seed", type=int, default=1,
+                   help="random seed: the same seed and settings give the same bytes (default 1)")
     g.add_argument("--clock-steps", type=count_arg("--clock-steps"), default=0,
                    help="places where the broker's clock steps back (default 0: store times only rise)")
     g.add_argument("--clock-back", type=duration_arg("--clock-back"), default=0,
                    help="how far the clock steps back at each place (e.g. 90m)")
     g.add_argument("--replace", action="store_true",
                    help="overwrite the CommitLog of a directory gen did not write (default: refuse)")
+    g.add_argument("--json", action="store_true", help="print the summary as one JSON line")
 
     add_build_arguments(sub.add_parser(
-        "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json"))
+        "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json",
+        description="Build the broker's IndexFiles of a CommitLog into OUT/index, with OUT/_manifest.json, and "
+                    "commit them atomically. Runs in this process or on Spark, the same bytes either way: the engine "
+                    "is chosen by the bytes to read (engine_break_even in conf/spark.json) unless --in-process or "
+                    "--master says which."))
 
-    d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries")
+    d = sub.add_parser("demo", help="generate a sample store (once), build its index, show example queries",
+                       description="What `make run` runs: generate a sample store in DIR/store unless one is there, "
+                                   "build its index in process and on local Spark (the same bytes, with what each "
+                                   "engine costs), and look a few of its keys up.")
     d.add_argument("--dir", default="sample", help="where the sample store and output go (default sample/)")
-    d.add_argument("--messages", type=count_arg("--messages"), default=300_000,
-                   help="messages in the sample store when it is generated (default 300000)")
+    d.add_argument("--messages", type=count_arg("--messages"), default=None,
+                   help=f"messages in the sample store when it is generated (default {DEMO_MESSAGES}); a store "
+                        "already in DIR is kept as it is (delete DIR/store to generate another)")
     d.add_argument("--master", default="local[*]", help="Spark master for the comparison run (default local[*])")
     d.add_argument("--in-process", action="store_true", help="build in process only, skip the Spark comparison")
 
     add_backfill_arguments(sub.add_parser(
-        "backfill", help="rebuild the index range a crashed broker lost, into its stopped store"))
+        "backfill", help="rebuild the index range a crashed broker lost, into its stopped store",
+        description="Rebuild the IndexFiles a crashed broker lost (the range after its last complete file, up to "
+                    "the CommitLog's end) into the stopped broker's store: under its lock, with a backup of what "
+                    "it replaces and an atomic swap. --dry-run prints the plan and changes nothing."))
 
-    v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content")
+    v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content",
+                       description="Check IndexFiles (a build output or a broker's store/index): headers, slots and "
+                                   "chains; with --commitlog also that every entry points at a message carrying its "
+                                   "key and that every key of the log is indexed. Exit 1 when problems are found.")
     v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
     v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
@@ -142,7 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     stats_cli.add_parser(sub)
     timeindex_cli.add_parser(sub)
 
-    q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first")
+    q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first",
+                       description="Look keys up as the broker's queryMsgByKey does: the CommitLog offsets of the "
+                                   "messages whose key hashes match, newest first, hash collisions included (--exact "
+                                   "drops them); --show decodes the messages. One JSON line per key.")
     q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
     q.add_argument("--store", help="a broker store: its index/ answers, its commitlog/ backs --show/--exact")
     q.add_argument("--commitlog", help="CommitLog for --show/--exact when --index is given")
@@ -150,15 +179,16 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--exact", action="store_true",
                    help="drop offsets whose message does not carry the key (hash collisions)")
     q.add_argument("--json", action="store_true", help="with --show: one JSON object per message")
-    q.add_argument("--topic")
-    q.add_argument("--key")
+    q.add_argument("--topic", help="topic of the key to look up (with --key)")
+    q.add_argument("--key", help="message key (a KEYS word or the UNIQ_KEY message id) to look up (with --topic)")
     q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
     q.add_argument("--begin", type=time_arg("--begin"), default=0,
                    help="earliest store time, epoch ms or ISO-8601 (default 0)")
     q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
                    help="latest store time, epoch ms or ISO-8601 (default: no end)")
     q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
-                   help=f"most offsets per key (default and cap {L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker)")
+                   help=f"most offsets per key (default {L.DEFAULT_MAX_MSGS_NUM_BATCH}; larger values are capped at "
+                        f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
     return p
@@ -172,7 +202,13 @@ def cmd_gen(a) -> int:
     t0 = time.monotonic()
     info = generate_store(a.out, cfg, replace=a.replace)
     info["wall_s"] = round(time.monotonic() - t0, 2)
-    print(json.dumps(info))
+    if a.json:
+        print(json.dumps(info))
+    else:
+        from rocketidx.engine import human_bytes
+        print(f"wrote {info['messages']:,} messages in {info['segments']} segment(s) of "
+              f"{human_bytes(info['segment_bytes'])} to {os.path.join(info['store'], 'commitlog')} "
+              f"(CommitLog end offset {info['end_offset']:,}, seed {a.seed}) in {info['wall_s']:.2f}s")
     return 0
 
 
@@ -232,7 +268,10 @@ def run_build(a: argparse.Namespace) -> int:
                                        allow_empty=False)
     else:
         from rocketidx.build import build_index
-        _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex)
+        from rocketidx.progress import ProgressLine
+        with ProgressLine("build", enabled=not a.json) as line:
+            _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex,
+                                     progress=line.reader(work))
     wall = time.monotonic() - t0
     from rocketidx.build import unread
     left_bytes, left_segments = unread(segments, summary.stop)
@@ -297,11 +336,13 @@ def _spark_settings(a):
 
 
 def _build_on_spark(a, cfg, settings):
+    from rocketidx.progress import spark_progress
     from rocketidx.spark.pipeline import build_index_spark
     from rocketidx.spark.session import spark_session
     stats: dict = {}
     t0 = time.monotonic()
-    with spark_session(settings, sources=False) as spark:
+    with spark_session(settings, sources=False) as spark, \
+            spark_progress(spark, "build on Spark", enabled=not getattr(a, "json", False)):
         stats["session_s"] = round(time.monotonic() - t0, 3)
         _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
                                        from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
@@ -379,7 +420,7 @@ def cmd_query(a) -> int:
         # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
         begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
         end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
-        max_num = int(q.get("maxNum", a.max))
+        max_num = min(int(q.get("maxNum", a.max)), L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
         table = None
         if a.show or a.exact:
@@ -446,9 +487,12 @@ def cmd_demo(a) -> int:
     from rocketidx.segments import list_segments
     root = Path(a.dir)
     store = root / "store"
+    messages = DEMO_MESSAGES if a.messages is None else a.messages
     if not (store / "generator.json").exists():
-        print(f"generating a sample store of {a.messages:,} messages in {store} ...", flush=True)
-        generate_store(store, GenConfig(messages=a.messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
+        print(f"generating a sample store of {messages:,} messages in {store} ...", flush=True)
+        generate_store(store, GenConfig(messages=messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
+    elif a.messages is not None:
+        _demo_keeps_store(store, a.messages)
     out = root / "out"
     config = BuildConfig(timezone="UTC")
     print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
@@ -466,6 +510,19 @@ def cmd_demo(a) -> int:
                 offsets = query_offsets(files, row["topic"], key)
                 print(f"  {row['topic']}#{key}: {offsets}")
     return 0
+
+
+def _demo_keeps_store(store, asked: int) -> None:
+    """``demo --messages N`` where a sample store exists already: it is kept (a demo never deletes data);
+    say so unless it holds N messages."""
+    try:
+        held = json.loads((store / "generator.json").read_text()).get("messages")
+    except (OSError, ValueError, AttributeError):
+        held = None
+    if held != asked:
+        holds = f"holds {held:,} messages" if isinstance(held, int) else "holds a sample store"
+        print(f"rocketidx demo: --messages {asked:,} ignored: {store} already {holds} and is kept; "
+              f"delete {store} to generate {asked:,}", file=sys.stderr)
 
 
 def _demo_on_spark(a, store, out, config, core) -> None:
@@ -549,7 +606,8 @@ def _verify_on_spark(a, files, windows, window_ids, rules):
     from rocketidx.spark.verify import verify_index_spark
     settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
                                    master=a.master)
-    with spark_session(settings) as spark:
+    from rocketidx.progress import spark_progress
+    with spark_session(settings) as spark, spark_progress(spark, "verify on Spark", enabled=not a.json):
         return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
                                   check_crc=not a.no_crc, split_bytes=settings.split_bytes, rules=rules)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 _SIZE = (9.0, 4.2)
 
@@ -154,6 +155,7 @@ def plot_collisions(collisions: pd.DataFrame, true_collisions: pd.DataFrame | No
     if len(collisions) == 0:
         return _empty(fig, ax, "key hashes")
     ax.bar(collisions["entries_per_hash"], collisions["key_hashes"], width=0.8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no tick at 1.5 entries
     ax.set_yscale("log")
     ax.set_xlabel("entries per key hash")
     ax.set_ylabel("key hashes")
@@ -167,6 +169,8 @@ def plot_collisions(collisions: pd.DataFrame, true_collisions: pd.DataFrame | No
         else:
             h = true_collisions.groupby("distinct_keys").size()
             ax2.bar(h.index, h.to_numpy(), width=0.8, color="tab:red")
+            ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax2.yaxis.set_major_locator(MaxNLocator(integer=True))
             ax2.set_xlabel("distinct keys sharing one key hash")
             ax2.set_ylabel("key hashes")
             ax2.set_title(f"True collisions: {len(true_collisions):,} hashes hold {int(true_collisions['distinct_keys'].sum()):,} "

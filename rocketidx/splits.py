@@ -185,6 +185,7 @@ class CommitLogReader:
         self.records = 0
         self.bytes_read = 0
         self.segments_read = 0
+        self.in_segment = 0  # where the last batch ended in the segment being read, as bytes_read counts (progress)
 
     def _chunks(self, entries: bool):
         for seg in self.segments:
@@ -200,7 +201,9 @@ class CommitLogReader:
             for item in (reader.entry_chunks() if entries else reader.record_chunks()):
                 recs = item[0] if entries else item
                 self.records += len(recs)
+                self.in_segment = int(recs[-1, L.REC_POS] + recs[-1, L.REC_TOTAL])
                 yield (seg, buf) + (item if entries else (item,))
+            self.in_segment = 0
             self.segments_read += 1
             self.stops.append(reader.stop)
             self.bytes_read += reader.stop.segment_offset

@@ -192,7 +192,10 @@ def print_stats(summary: dict, tables: dict, out=None) -> None:
     p(f"chains: {s['used_slots']:,} used slots, mean {s['mean_chain']:.2f}, p50 {s['p50_chain']}, "
       f"p90 {s['p90_chain']}, p99 {s['p99_chain']}, max {s['max_chain']}")
     p(f"key hashes: {s['distinct_key_hashes']:,} distinct, {s['key_hashes_with_repeats']:,} with two or more entries")
-    if "distinct_keys" in s:
+    if "distinct_keys" in s and not s["colliding_key_hashes"]:
+        p(f"keys: {s['distinct_keys']:,} distinct; no key hash is shared by two keys: no query needs client-side "
+          "filtering")
+    elif "distinct_keys" in s:
         p(f"keys: {s['distinct_keys']:,} distinct; {s['colliding_key_hashes']:,} key hashes are shared by "
           f"{s['colliding_keys']:,} different keys: {100 * s['share_of_keys_needing_filtering']:.3f}% of keys "
           f"({100 * s['share_of_entries_needing_filtering']:.3f}% of entries) need client-side filtering")

@@ -8,14 +8,18 @@ Stays true: a session started by ``spark-submit`` (or a notebook's) keeps the ma
 given; a session created here is ``local[*]`` unless told otherwise, runs its Python workers on this very
 interpreter (``PYSPARK_PYTHON``), and logs only warnings. The driver JVM started here leads a process group
 of its own and ends when this process ends, however it ends, through its own shutdown hooks (which stop the
-SparkContext and delete Spark's temp directories).
+SparkContext and delete Spark's temp directories). Unless rocketidx logs at INFO (``-v``), that JVM starts
+quietly: no start-up chatter (log4j profile lines, the loopback-hostname and native-hadoop warnings, the
+JVM's incubator-module notice) and no console progress bar; its real warnings and errors still reach stderr.
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
+import re
 import sys
+import threading
 import zipfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,6 +35,20 @@ from rocketidx.units import parse_size
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
+
+# A driver JVM started here logs through this file (warnings up, minus start-up chatter) unless -v.
+QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
+# Spark's console progress bar draws `\r[Stage 0:===>  (1 + 1) / 2]` on stderr, into notebook cells too;
+# the CLI draws its own progress line (rocketidx.progress), on a terminal only.
+QUIET_DEFAULTS = {"spark.ui.showConsoleProgress": "false"}
+# What the JVM itself prints on start that no log4j setting reaches: Spark's launcher always adds
+# --add-modules=jdk.incubator.vector, and Java announces incubator modules on stderr.
+JVM_CHATTER = re.compile(r"WARNING: Using incubator modules: ")
+
+
+def quiet() -> bool:
+    """Start Spark quietly: true unless rocketidx logs at INFO or below (``rocketidx -v``)."""
+    return not logging.getLogger("rocketidx").isEnabledFor(logging.INFO)
 
 
 @dataclass(frozen=True)
@@ -110,9 +128,13 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
             from pyspark import SparkConf
             given = dict(SparkConf().getAll())
         # From the start, not only after setLogLevel: spark-submit's driver logs INFO until then.
-        settings.update((k, v) for k, v in {"spark.log.level": log_level, **conf}.items() if k not in given)
+        settings.update((k, v) for k, v in {"spark.log.level": log_level, **QUIET_DEFAULTS, **conf}.items()
+                        if k not in given)
         if not submitted:
-            _start_driver_jvm(settings)
+            hush = quiet()
+            if hush:
+                _quiet_settings(settings)
+            _start_driver_jvm(settings, relay_stderr=hush)
         spark = SparkSession.builder.config(map=settings).getOrCreate()
     else:
         for k, v in conf.items():
@@ -124,7 +146,32 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     return spark
 
 
-def _start_driver_jvm(settings: Mapping[str, str]) -> None:
+def _quiet_settings(settings: dict) -> None:
+    """Point the driver JVM at :data:`QUIET_LOG4J` (after any Java options already given; a
+    ``log4j2.configurationFile`` given there wins), and bind a local master to the loopback address, which
+    it uses anyway: Spark warns twice when the hostname resolves to 127.0.0.1 and no SPARK_LOCAL_IP is set."""
+    opts = settings.get("spark.driver.extraJavaOptions", "")
+    if "log4j2.configurationFile" not in opts and "log4j.configurationFile" not in opts:
+        settings["spark.driver.extraJavaOptions"] = f"{opts} -Dlog4j2.configurationFile={QUIET_LOG4J.as_uri()}".strip()
+    if settings.get("spark.master", "").startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def _relay(stream, pattern: re.Pattern) -> None:
+    """Copy the JVM's stderr to this process's ``sys.stderr`` (a terminal, or a notebook's cell) line by line,
+    leaving out lines that ``pattern`` matches."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", "replace")
+        if pattern.match(line):
+            continue
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):  # stderr closed or gone: keep draining so the JVM never blocks
+            pass
+
+
+def _start_driver_jvm(settings: Mapping[str, str], *, relay_stderr: bool = False) -> None:
     """Start the driver JVM with ``settings``, leading a process group of its own (unless one runs already).
 
     The JVM needs no group with this process to end with it: PySpark gives it a pipe, and at EOF (this
@@ -134,17 +181,33 @@ def _start_driver_jvm(settings: Mapping[str, str]) -> None:
     processes of its group again and again (0.01 s, 0.03 s, 0.1 s... apart, then SIGKILLs them), killing an
     ``rm`` mid-way ("Failed to delete" stack traces) or the JVM (directories left behind), as ``kill -9``
     of a driver's process group does.
+
+    ``relay_stderr``: the JVM's stderr comes through a pipe and a daemon thread (:func:`_relay`) that drops
+    :data:`JVM_CHATTER`; everything else it prints (its workers' too) still reaches stderr.
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     if SparkContext._gateway is not None:  # a JVM from an earlier session of this process: reused
         return
     spark_conf = SparkConf().setAll(list(settings.items()))
-    # A Ctrl-C while PySpark waits for the new JVM to say where it listens would leave that JVM running
-    # for good (PySpark removes the file the JVM is about to write; the JVM's listener thread lives on):
-    # it waits the second or two until the JVM is up, and then ends the command.
-    with interrupts.deferred(commit=False):
-        gateway = launch_gateway(spark_conf, popen_kwargs={"start_new_session": True})
+    popen_kwargs: dict = {"start_new_session": True}
+    write_end = None
+    if relay_stderr:
+        # A pipe of our own, read from before the JVM starts: a JVM that fails to start (no Java, a bad
+        # option) still gets its reason through, ahead of PySpark's "exited before sending its port number".
+        read_end, write_end = os.pipe()
+        threading.Thread(target=_relay, args=(os.fdopen(read_end, "rb"), JVM_CHATTER), name="rocketidx-jvm-stderr",
+                         daemon=True).start()
+        popen_kwargs["stderr"] = write_end
+    try:
+        # A Ctrl-C while PySpark waits for the new JVM to say where it listens would leave that JVM running
+        # for good (PySpark removes the file the JVM is about to write; the JVM's listener thread lives on):
+        # it waits the second or two until the JVM is up, and then ends the command.
+        with interrupts.deferred(commit=False):
+            gateway = launch_gateway(spark_conf, popen_kwargs=popen_kwargs)
+    finally:
+        if write_end is not None:
+            os.close(write_end)  # the JVM holds its own copy; the relay ends when the JVM and its workers do
     SparkContext(conf=spark_conf, gateway=gateway)  # the context getOrCreate() then finds
 
 

@@ -21,7 +21,11 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 FIGURES = ["entries_over_time", "fill", "chain_lengths", "slot_occupancy", "hot_keys", "collisions", "sizing",
            "topics"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-QUIET = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"}
+# No spark.ui.showConsoleProgress here: a session the notebooks start keeps the progress bar off itself.
+QUIET = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
+# Spark's and the JVM's start-up chatter and progress bars, which used to fill the first Spark cell.
+CHATTER = ("log4j", "WARN Utils", "SPARK_LOCAL_IP", "NativeCodeLoader", "incubator modules", "[Stage ",
+           "Setting default log level", "setLogLevel")
 
 
 def with_parameters(path: Path, **values) -> nbformat.NotebookNode:
@@ -64,11 +68,19 @@ def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path, s3_serve
     first = NotebookClient(stats_nb, timeout=600, kernel_name="python3", resources=resources)
     try:
         # Any cell error raises CellExecutionError here, with the cell and traceback in the message.
-        first.execute(cleanup_kc=False, env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+        # Without PYTEST_CURRENT_TEST, ipykernel sends what the kernel's subprocesses (the JVM) write on
+        # fd 2 to the cells, as in Jupyter; under pytest it would leave fd 2 alone.
+        env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+        first.execute(cleanup_kc=False, env=dict(env, PYSPARK_PYTHON=sys.executable))
         NotebookClient(sql_nb, km=first.km, timeout=600, resources=resources).execute()
     finally:
         if first.km is not None:
             first._cleanup_kernel()  # shuts the shared kernel (and its JVM) down
+
+    stderr = [o.text for nb in (stats_nb, sql_nb) for c in nb.cells if c.cell_type == "code"
+              for o in c.outputs if o.get("name") == "stderr"]
+    noise = [line for text in stderr for line in text.splitlines() if any(c in line for c in CHATTER)]
+    assert not noise, f"Spark's start-up chatter in the notebooks' cells: {noise[:5]}"
 
     for name in FIGURES:
         png = figs / f"{name}.png"

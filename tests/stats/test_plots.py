@@ -31,3 +31,15 @@ def test_a_broker_directory_without_windows(tmp_path):
     fig.savefig(tmp_path / "x.png")
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert any("no windows" in t for t in texts)
+
+
+def test_the_collisions_plot_ticks_whole_numbers_on_its_count_axes():
+    """Entries per hash and keys per hash are counts: a tick at 1.5 would read as half an entry."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    collisions = pd.DataFrame({"entries_per_hash": [1, 2], "key_hashes": [900, 40]})
+    true_collisions = pd.DataFrame({"key_hash": [7, 9], "distinct_keys": [2, 3], "entries": [4, 6]})
+    fig = plots.plot_collisions(collisions, true_collisions)
+    FigureCanvasAgg(fig).draw()
+    top, bottom = fig.axes
+    for ticks in (top.get_xticks(), bottom.get_xticks(), bottom.get_yticks()):
+        assert len(ticks) >= 2 and all(float(t).is_integer() for t in ticks), ticks

@@ -30,7 +30,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 
 
 def gen(capsys, out: Path, *extra) -> dict:
-    rc, stdout, err = run(capsys, "gen", "--out", out, *GEN_ARGS, *extra)
+    rc, stdout, err = run(capsys, "gen", "--out", out, *GEN_ARGS, "--json", *extra)
     assert rc == 0, err
     return json.loads(stdout)
 
