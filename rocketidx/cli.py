@@ -382,7 +382,7 @@ def cmd_query(a) -> int:
     import pyarrow as pa
 
     from rocketidx.query import message_has_key, open_index, query_offsets, read_messages_at
-    from rocketidx.units import parse_time_ms
+    from rocketidx.units import parse_count, parse_time_ms
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
@@ -420,7 +420,8 @@ def cmd_query(a) -> int:
         # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
         begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
         end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
-        max_num = min(int(q.get("maxNum", a.max)), L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
+        max_num = min(parse_count(q.get("maxNum", a.max), f"{a.queries}: maxNum", minimum=1),
+                      L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
         table = None
         if a.show or a.exact:

@@ -379,9 +379,9 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, rows: lis
     rule; a library caller may want the empty build).
     """
     if resolved.stop and resolved.stop["kind"] == "corrupt":
-        log.warning("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
-                    resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
-                    resolved.stop["reason"])
+        log.info("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
+                 resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
+                 resolved.stop["reason"])
     refuse_invalid_log(segments, resolved.stop, filters.get("from_offset"))
     if not allow_empty:
         refuse_empty_selection(segments, resolved.messages, filters)

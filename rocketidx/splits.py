@@ -473,7 +473,7 @@ def read_split(rng: SegmentRange, spec: SplitSpec, *, entries: bool = False, chu
             if view.covers(info):
                 yield from held
                 if info.stop_kind == STOP_CORRUPT:
-                    log.warning("reading %s stopped at byte %d: %s", info.path, info.stop_offset, info.stop_reason)
+                    log.info("reading %s stopped at byte %d: %s", info.path, info.stop_offset, info.stop_reason)
                 return info
         finally:
             view.close()

@@ -264,8 +264,8 @@ def _run(spark, opts: SourceOptions, output: LocalOutput | RemoteOutput, staging
         resolved = resolve_stops(infos)
         if not resolved.chain_breaks:
             return rows, resolved, len(parts)
-        log.warning("splits disagree on where records start (%s); rereading those segments as one split",
-                    "; ".join(map(str, resolved.chain_breaks)))
+        log.info("splits disagree on where records start (%s); rereading those segments as one split",
+                 "; ".join(map(str, resolved.chain_breaks)))
         output.remove(f"{staging.path}/{TASKS_DIR}")
         opts = replace(opts, whole_segments=resolved.whole_segments(opts.whole_segments))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")

@@ -333,8 +333,8 @@ def read_messages(spark, path: str, **options) -> MessagesRead:
                     skip_offsets=tuple(sorted(set(opts.skip_offsets) | set(resolved.skip_intervals))))
     final = replace(final, whole_segments=resolved.whole_segments(opts.whole_segments))
     if resolved.stop and resolved.stop["kind"] == "corrupt":
-        log.warning("reading stopped for good at %s + %d: %s", resolved.stop["segment"],
-                    resolved.stop["segment_offset"], resolved.stop["reason"])
+        log.info("reading stopped for good at %s + %d: %s", resolved.stop["segment"],
+                 resolved.stop["segment_offset"], resolved.stop["reason"])
     df = spark.read.format(SOURCE_NAME).options(**final.as_options()).load()
     return MessagesRead(df, resolved, final)
 
@@ -347,7 +347,7 @@ def resolve_split_stops(spark, opts: SourceOptions) -> ResolvedStops:
         resolved = resolve_stops(info_from_stop_row(r) for r in rows)
         if not resolved.chain_breaks:
             return resolved
-        log.warning("splits disagree on where records start (%s); reading those segments unsplit",
-                    "; ".join(map(str, resolved.chain_breaks)))
+        log.info("splits disagree on where records start (%s); reading those segments unsplit",
+                 "; ".join(map(str, resolved.chain_breaks)))
         opts = replace(opts, whole_segments=resolved.whole_segments(opts.whole_segments))
     raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")

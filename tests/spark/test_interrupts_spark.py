@@ -20,8 +20,8 @@ from rocketidx import cli
 pytestmark = pytest.mark.spark
 
 GEN = ["--messages", "60000", "--segment-bytes", "4m", "--body-bytes", "200", "--span", "2h"]
-BUILD = ["--master", "local[1]", "--hash-slots", "1009", "--index-num", "20000", "--timezone", "UTC",
-         "--split-bytes", "1m"]
+SIZES = ["--hash-slots", "1009", "--index-num", "20000", "--timezone", "UTC"]
+BUILD = ["--master", "local[1]", "--split-bytes", "1m", *SIZES]
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def running_tasks(out: Path) -> bool:
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_spark_job_ends_it_in_one_line(store, tmp_path, sig):
     out = tmp_path / "out"
-    assert cli.main(["build", "--commitlog", str(store), "--out", str(out), "--in-process", *BUILD[2:]]) == 0
+    assert cli.main(["build", "--commitlog", str(store), "--out", str(out), "--in-process", *SIZES]) == 0
     before = os.readlink(out / "current")
     scratch = tmp_path / "scratch"
     scratch.mkdir()

@@ -140,6 +140,10 @@ def test_begin_and_end_take_iso_8601_times_as_every_time_flag_does(store, capsys
     qfile.write_text(json.dumps({"topic": "T", "key": "k", "begin": "yesterday"}))
     assert main(["query", "--store", str(store), "--queries", str(qfile)]) == 2
     assert "begin" in capsys.readouterr().err
+    qfile.write_text(json.dumps({"topic": "T", "key": "k", "maxNum": "many"}))
+    assert main(["query", "--store", str(store), "--queries", str(qfile)]) == 2
+    err = capsys.readouterr().err
+    assert "maxNum" in err and len(err.splitlines()) == 1
 
 
 def test_offset_without_a_message_reads_as_none(store):
