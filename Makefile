@@ -11,19 +11,27 @@ SAMPLE ?= sample
 NOTEBOOK_STAMP := $(VENV)/.notebook-stamp
 NOTEBOOK_PORT ?= 8888
 
+# pipefail: a failing pip fails the recipe even when its stderr goes through the filter below.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
+# A pip.conf that names local package directories this machine lacks makes pip warn once per package
+# ("Location 'file:///...' is ignored: it is neither a file nor a directory"): the machine's set-up, not
+# news to someone running `make run`. Only those lines are dropped; every other pip message shows.
+PIP_NOISE := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
+
 .PHONY: setup run test test-fast notebook bench faults interrupts refcheck clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_NOISE)
+	$(BIN)/python -m pip install --quiet -e '.[test]' $(PIP_NOISE)
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 # Its own stamp, so `make test` never installs a Jupyter server; redone when pyproject.toml changes.
 $(NOTEBOOK_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[notebook]'
+	$(BIN)/python -m pip install --quiet -e '.[notebook]' $(PIP_NOISE)
 	touch $(NOTEBOOK_STAMP)
 
 # Jupyter refuses to run as root unless told; root is the usual user in a container, and the server

@@ -13,7 +13,7 @@ Stays true:
   either did not begin (the previous output is unchanged) or is finished (:attr:`Interrupted.committed`);
 - :func:`install` runs before the heavy imports (numpy, pyarrow, pyspark), so an early Ctrl-C is handled
   the same way; PySpark's own SIGINT handler, which a new SparkContext would install, is kept out by
-  :func:`keep_from_pyspark`.
+  :func:`signal_keeping_ours`.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 class _SignalKeepingOurs:
-    """The ``signal`` module as ``pyspark.core.context`` sees it once :func:`keep_from_pyspark` ran: every
+    """The ``signal`` module as ``pyspark.core.context`` sees it once :func:`signal_keeping_ours` is in place: every
     SparkContext installs PySpark's SIGINT handler, which cancels jobs and raises a bare KeyboardInterrupt
     (or a Py4JError while the context is still starting); the command's handler does the same job, so
     that request is ignored."""
@@ -112,13 +112,11 @@ def uninstall() -> None:
     _state.update(installed=False, raised=False, signum=None, pending=None)
 
 
-def keep_from_pyspark() -> None:
-    """Before a SparkContext is made: keep the command's handlers in place of PySpark's (only when
-    :func:`install` ran, i.e. in a command; a notebook keeps PySpark's)."""
-    if not _state["installed"]:
-        return
-    import pyspark.core.context as context
-    context.signal = _SignalKeepingOurs()
+def signal_keeping_ours():
+    """What ``pyspark.core.context`` should see as its ``signal`` module so that a new SparkContext keeps
+    the command's handlers (:class:`_SignalKeepingOurs`); None outside a command (a notebook keeps
+    PySpark's). :mod:`rocketidx.spark.session` puts it in place: only that package imports pyspark."""
+    return _SignalKeepingOurs() if _state["installed"] else None
 
 
 @contextmanager

@@ -113,7 +113,10 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     conf = dict(conf or {})
     spark = SparkSession.getActiveSession()
     if spark is None:
-        interrupts.keep_from_pyspark()  # a command's Ctrl-C handler stays (rocketidx.interrupts)
+        keeping = interrupts.signal_keeping_ours()
+        if keeping is not None:  # a command's Ctrl-C and SIGTERM handlers stay (rocketidx.interrupts)
+            import pyspark.core.context
+            pyspark.core.context.signal = keeping
         settings = {"spark.app.name": app_name}
         submitted = launched_by_spark_submit()
         if master or not submitted:
