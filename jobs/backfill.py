@@ -35,16 +35,8 @@ def _default(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rocketidx import interrupts
-    interrupts.install()  # before the heavy imports: a Ctrl-C or SIGTERM anywhere ends the job in one line
-    try:
-        return _run(argv)
-    except BaseException as e:
-        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
-        if stop is None:
-            raise
-        print(f"backfill: {stop.message()}", file=sys.stderr)
-        return interrupts.EXIT_STATUS
+    from rocketidx.interrupts import run_interruptible
+    return run_interruptible("backfill", _run, argv)  # Ctrl-C or SIGTERM anywhere: one line, exit 130
 
 
 def _run(argv: list[str] | None) -> int:

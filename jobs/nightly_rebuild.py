@@ -37,16 +37,8 @@ def _default(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rocketidx import interrupts
-    interrupts.install()  # before the heavy imports: a Ctrl-C or SIGTERM anywhere ends the job in one line
-    try:
-        return _run(argv)
-    except BaseException as e:
-        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
-        if stop is None:
-            raise
-        print(f"nightly_rebuild: {stop.message()}", file=sys.stderr)
-        return interrupts.EXIT_STATUS
+    from rocketidx.interrupts import run_interruptible
+    return run_interruptible("nightly_rebuild", _run, argv)  # Ctrl-C or SIGTERM anywhere: one line, exit 130
 
 
 def _run(argv: list[str] | None) -> int:

@@ -10,16 +10,12 @@ from rocketidx import interrupts
 
 
 def main(argv: list[str] | None = None) -> int:
-    interrupts.install()
-    try:
-        from rocketidx.cli import main as run
-        return run(argv)
-    except BaseException as e:  # before the command's own handler was reached
-        stop = interrupts.caught(e)
-        if stop is None:
-            raise
-        print(f"rocketidx: {stop.message()}", file=sys.stderr)
-        return interrupts.EXIT_STATUS
+    return interrupts.run_interruptible("rocketidx", _cli, argv)
+
+
+def _cli(argv: list[str] | None) -> int:
+    from rocketidx.cli import main as run  # the heavy imports, after the handlers are in place
+    return run(argv)
 
 
 if __name__ == "__main__":

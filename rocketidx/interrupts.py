@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -67,6 +68,20 @@ def _handle(signum, frame) -> None:
         return
     _state.update(raised=True, signum=signum)
     raise Interrupted(signum)
+
+
+def run_interruptible(prog: str, run, argv: list[str] | None = None) -> int:
+    """A command's entry point: the handlers first (before ``run`` imports anything heavy), then
+    ``run(argv)``; an interrupt that reaches here ends it with one line on stderr and :data:`EXIT_STATUS`."""
+    install()
+    try:
+        return run(argv)
+    except BaseException as e:
+        stop = caught(e)  # an interrupt, or an error its unwinding set off
+        if stop is None:
+            raise
+        print(f"{prog}: {stop.message()}", file=sys.stderr)
+        return EXIT_STATUS
 
 
 def caught(error: BaseException) -> Interrupted | None:
