@@ -5,8 +5,9 @@ the driver must see as a local or mounted path, since it takes the broker's lock
 there. Spark settings and the split size come from ``conf/spark.json`` (``--spark-conf``), flags win.
 Out: the plan on stdout; unless ``--dry-run``, the lost range rebuilt on Spark, verified, and installed
 file by file (replaced files and the old checkpoint moved to ``STORE/index.backup/<time>/``), then the
-checkpoint's indexMsgTimestamp updated. Exit code 0 done (or nothing to do), 1 the rebuild failed on
-its input or did not verify, 2 it could not run (arguments, paths, a running broker holding the lock).
+checkpoint's indexMsgTimestamp updated. Exit codes as the command line's (``rocketidx.cli.exit_code``):
+0 done (or nothing to do); 2 it could not run (arguments, paths, a running broker holding the lock, a
+rebuild that failed on its input or did not verify: nothing installed); 130 interrupted.
 
     .venv/bin/python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
 
@@ -40,26 +41,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx import interrupts
-    from rocketidx.cli import add_backfill_arguments, run_backfill_command
-    from rocketidx.errors import ConfigError, RocketIdxError, StoreLayoutError, StoreLockedError
+    from rocketidx.cli import INTERRUPTED_LEAVES, add_backfill_arguments, exit_code, run_backfill_command
     p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0])
     add_backfill_arguments(p, spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return run_backfill_command(a)
-    except (ConfigError, StoreLayoutError, StoreLockedError, OSError) as e:
-        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
-            raise
-        print(f"backfill: {e}", file=sys.stderr)
-        return 2
-    except RocketIdxError as e:
-        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
-            raise
-        print(f"backfill: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+    # The command line's exit codes, from the same map: 0 done, 1 the input has problems, 2 could not run.
+    return exit_code("backfill", lambda: run_backfill_command(a), INTERRUPTED_LEAVES["backfill"])
 
 
 if __name__ == "__main__":

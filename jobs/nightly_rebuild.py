@@ -3,8 +3,9 @@
 In: a store (or CommitLog) directory and an output directory; index settings from ``conf/defaults.json``
 (``--conf``), Spark settings and the split size from ``conf/spark.json`` (``--spark-conf``), flags win.
 Out: ``OUT/index/``, ``OUT/_manifest.json``, ``OUT/_SUCCESS`` swapped in atomically; the summary on
-stdout. Exit code 0 done, 1 the build failed on its input, 2 it could not run (arguments, paths, lock, an output
-of another kind without ``--overwrite``, a range that selects no message).
+stdout. Exit codes as the command line's (``rocketidx.cli.exit_code``): 0 done; 1 ``--strict`` and reading
+stopped early or a broker rule left entries out; 2 it could not run (arguments, paths, lock, an output of
+another kind without ``--overwrite``, a range that selects no message, a log that is not one); 130 interrupted.
 
     # package rocketidx's Python sources once (executors import them from the zip)
     .venv/bin/python -c "from rocketidx.spark.session import build_py_files; build_py_files('dist')"
@@ -42,27 +43,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx import interrupts
-    from rocketidx.cli import add_build_arguments, run_build
-    from rocketidx.errors import (ConfigError, EmptySelectionError, RocketIdxError, StoreLayoutError,
-                                  StoreLockedError, UnsafeOutputError)
+    from rocketidx.cli import add_build_arguments, exit_code, run_build
     p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0])
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return run_build(a)
-    except (ConfigError, StoreLayoutError, StoreLockedError, UnsafeOutputError, EmptySelectionError, OSError) as e:
-        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
-            raise
-        print(f"nightly_rebuild: {e}", file=sys.stderr)
-        return 2
-    except RocketIdxError as e:
-        if interrupts.caught(e) is not None:  # its echo: main() says it was interrupted
-            raise
-        print(f"nightly_rebuild: {e}", file=sys.stderr)
-        return 1
+    # The command line's exit codes, from the same map: 0 done, 1 the input has problems, 2 could not run.
+    return exit_code("nightly_rebuild", lambda: run_build(a), "the previous output is unchanged")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """``rocketidx``: gen, build, query, verify, backfill, demo.
 
-Exit codes: 0 done (a build whose reading stopped at a corrupt record still exits 0: it indexed what the
-broker's recovery keeps and prints where and why it stopped); 1 ``verify`` found problems; 2 the command
-could not run (bad arguments, a path that is not a CommitLog or index, a locked store or output), with one
-line on stderr naming the file and, for bad data, the byte offset; 141, quietly, when stdout's reader left
-early (``| head``).
+Exit codes (:func:`exit_code`, which the spark-submit jobs use too): 0 done (a build whose reading stopped
+at a corrupt record still exits 0: it indexed what the broker's recovery keeps and prints where and why it
+stopped); 1 the input has problems (``verify`` found some, a ``--strict`` build stopped early or left
+entries out); 2 the command could not run (bad arguments, a path that is not a CommitLog or index, a locked
+store or output, any rocketidx error or OSError), with one line on stderr naming the file and, for bad
+data, the byte offset; 130 interrupted (Ctrl-C, SIGTERM); 141, quietly, when stdout's reader left early
+(``| head``).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import logging
 import os
 import sys
 import time
+from typing import Callable
 
 from rocketidx import layout as L
 from rocketidx import interrupts, storage
@@ -706,7 +709,7 @@ COMMANDS = {"stats": cmd_stats, "demo": cmd_demo, "verify": cmd_verify, "backfil
 
 
 # What an interrupted command leaves, in the one line it prints (rocketidx.interrupts).
-_INTERRUPTED = {"build": "the previous output is unchanged",
+INTERRUPTED_LEAVES = {"build": "the previous output is unchanged",
                 "backfill": "the store's index is as it was (an install cut short is rolled back by the next run)",
                 "gen": "the store may be incomplete: run gen again", "demo": "the previous output is unchanged",
                 "timeindex": "files already written are whole (each is written and then renamed)"}
@@ -714,6 +717,29 @@ _INTERRUPTED = {"build": "the previous output is unchanged",
 
 # Arguments that name a path or URI: a file:// URI becomes its local path here, once for every command.
 PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
+
+
+def exit_code(prog: str, run: Callable[[], int], interrupted: str = "the previous output is unchanged") -> int:
+    """The one map from how a command ended to its exit code, for ``rocketidx`` and the spark-submit jobs:
+    ``run()``'s own code (0 done; 1 the input has problems: verify found some, a ``--strict`` build stopped
+    early or left entries out); 2 it could not run (usage, paths, locks: any rocketidx error or OSError),
+    one line on stderr; 130 interrupted (:mod:`rocketidx.interrupts`; ``interrupted``: what it leaves)."""
+    try:
+        return run()
+    except BaseException as e:
+        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
+        if stop is not None:
+            print(f"{prog}: {stop.message(interrupted)}", file=sys.stderr)
+            return interrupts.EXIT_STATUS
+        if isinstance(e, RocketIdxError):
+            print(f"{prog}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
+            raise  # `| head` read what it wanted: _quiet_when_the_reader_leaves ends quietly
+        if isinstance(e, OSError):
+            print(f"{prog}: {e}", file=sys.stderr)
+            return 2
+        raise
 
 
 EXIT_READER_GONE = 141  # 128 + SIGPIPE: what `cat`, `grep` or `git log` end with when `| head` stops reading
@@ -759,26 +785,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     storage.READS.reset()
-    try:
+
+    def run() -> int:
         for name in PATH_ARGS:
             if isinstance(getattr(args, name, None), str):
                 setattr(args, name, storage.normalize(getattr(args, name)))
         return COMMANDS[args.command](args)
-    except BaseException as e:
-        stop = interrupts.caught(e)  # an interrupt, or an error its unwinding set off
-        if stop is not None:
-            print(f"rocketidx {args.command}: {stop.message(_INTERRUPTED.get(args.command, 'nothing was changed'))}",
-                  file=sys.stderr)
-            return interrupts.EXIT_STATUS
-        if isinstance(e, RocketIdxError):
-            print(f"rocketidx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        if isinstance(e, BrokenPipeError) and _stdout_reader_gone():
-            raise  # `| head` read what it wanted: _quiet_when_the_reader_leaves ends quietly
-        if isinstance(e, OSError):
-            print(f"rocketidx {args.command}: {e}", file=sys.stderr)
-            return 2
-        raise
+    try:
+        return exit_code(f"rocketidx {args.command}", run, INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))
     finally:
         if args.verbose and storage.READS.requests:
             print(f"rocketidx {args.command}: read {storage.READS.bytes:,} bytes from remote storage in "
