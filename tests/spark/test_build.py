@@ -7,7 +7,6 @@ second build, a failed build leaves the previous output, re-running gives the sa
 """
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import replace
 from pathlib import Path

@@ -4,8 +4,6 @@ from __future__ import annotations
 import io
 import logging
 
-import pytest
-
 from rocketidx.spark import session
 
 
