@@ -32,7 +32,7 @@ YARDSTICK = {"MB/s": 650, "messages/s": 0.92e6, "entries/s": 2.3e6}
 
 
 def ensure_store(messages: int) -> Path:
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     store = DATA / ("store-1g" if messages == 2_500_000 else f"store-{messages}")
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, keys_per_message=2,
                     span_ms=24 * 3_600_000, seed=7)
@@ -61,8 +61,8 @@ def _peak_rss_mb() -> float:
 
 
 def measure_parse(store: str, native: bool) -> dict:
-    from rocketidx.splits import CommitLogReader
-    from rocketidx.segments import list_segments
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
     t0 = time.perf_counter()
     reader = CommitLogReader(list_segments(store), native=native)
     messages = entries = 0
@@ -75,32 +75,30 @@ def measure_parse(store: str, native: bool) -> dict:
 
 def measure_write(store: str, native: bool) -> dict:
     """The writer alone: the store's entries are parsed first (not timed), then written in batches."""
-    from rocketidx.build import WindowSet
+    from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
     from rocketidx.config import BuildConfig
-    from rocketidx.splits import CommitLogReader
-    from rocketidx.segments import list_segments
-    from rocketidx.windows import assign_windows
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
+    from rocketidx.index.windows import assign_windows
     cfg = BuildConfig(timezone="UTC")
     batches = []
     for seg, buf, recs, e in CommitLogReader(list_segments(store), native=native).entry_chunks():
         ts = e.column("store_timestamp_ms").to_numpy()
-        batches.append((assign_windows(ts, cfg.window_ms), e.column("phy_offset").to_numpy(),
-                        e.column("key_hash").to_numpy(), ts))
+        batches.append(EntryBatch(assign_windows(ts, cfg.window_ms), e.column("phy_offset").to_numpy(),
+                                  e.column("key_hash").to_numpy(), ts))
     out = DATA / "write-out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t0 = time.perf_counter()
-    ws = WindowSet(str(out), cfg)
-    for w, phy, kh, ts in batches:
-        ws.add(w, phy, kh, ts)
-    files = ws.close()
+    sizes = WriterSizes(cfg.hash_slot_num, cfg.index_num, cfg.window_ms)
+    files = [f for w in write_windows(batches, str(out), sizes) for f in w.files]
     wall = time.perf_counter() - t0
     shutil.rmtree(out, ignore_errors=True)
     return {"wall_s": wall, "entries": int(sum(len(b[1]) for b in batches)), "files": len(files)}
 
 
 def measure_build(store: str, native: bool) -> dict:
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
     out = DATA / "build-out"
     shutil.rmtree(out, ignore_errors=True)
@@ -139,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         child(a.child[0], a.child[1], a.child[2] == "1")
         return 0
-    from rocketidx.native import native_available
+    from rocketidx.commitlog.native import native_available
     store = ensure_store(a.messages)
     paths = [True, False] if native_available() else [False]
     warm_page_cache(store)

@@ -41,7 +41,7 @@ def _config(slots: int, items: int):
 
 
 def run_full(store: str, out: str, slots: int, items: int) -> dict:
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     t0 = time.perf_counter()
     manifest, s = build_index(Path(store) / "commitlog", out, _config(slots, items))
     return {"wall_s": time.perf_counter() - t0, "bytes": s.bytes_read, "entries": s.entries,
@@ -50,7 +50,7 @@ def run_full(store: str, out: str, slots: int, items: int) -> dict:
 
 
 def run_backfill_child(store: str, engine: str) -> dict:
-    import rocketidx.backfill as B
+    import rocketidx.backfill.store as B
     phases: dict[str, float] = {}
 
     def timed(name, fn):
@@ -67,10 +67,10 @@ def run_backfill_child(store: str, engine: str) -> dict:
     builder = None
     if engine == "spark":
         os.environ["PYSPARK_PYTHON"] = sys.executable
-        from rocketidx.spark.pipeline import build_index_spark
+        from rocketidx.spark.build import build_index_spark
         builder = build_index_spark
     else:
-        from rocketidx.build import build_index
+        from rocketidx.build.local import build_index
         builder = build_index
     t0 = time.perf_counter()
     result = B.run_backfill(store, builder=timed("build", builder), log=lambda *_: None)
@@ -89,8 +89,8 @@ def _child(args: list[str]) -> dict:
 
 def crashed_copy(full: Path, store: Path, dest: Path, files: list[str], keep: int, slots: int, items: int) -> None:
     """``dest``: the store's CommitLog (hard links) and the broker's index as a crash left it."""
-    from rocketidx.backfill import write_checkpoint_index_ts
-    from rocketidx.indexfile import IndexFile
+    from rocketidx.backfill.store import write_checkpoint_index_ts
+    from rocketidx.index.reader import IndexFile
     shutil.rmtree(dest, ignore_errors=True)
     (dest / "commitlog").mkdir(parents=True)
     for seg in (store / "commitlog").iterdir():

@@ -43,7 +43,7 @@ STORES = {
 
 
 def ensure_store(name: str) -> Path:
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     store = DATA / name
     cfg = GenConfig(**STORES[name])
     marker = store / "generator.json"
@@ -161,7 +161,7 @@ SESSION_SCRIPT = """
 import json, os, shutil, sys, time
 sys.path.insert(0, {root!r})
 from rocketidx.config import BuildConfig
-from rocketidx.spark.pipeline import build_index_spark
+from rocketidx.spark.build import build_index_spark
 from rocketidx.spark.session import get_session, load_spark_settings
 settings = load_spark_settings({conf!r}, master={master!r})
 spark = get_session({master!r}, settings.conf, sources=False)
@@ -214,9 +214,9 @@ def scale(repeat: int, results: dict) -> None:
 def _slice_bytes(store: Path, lo: int, hi: int) -> int:
     """The bytes of the records stored in [lo, hi), by a structure-only walk of the whole log."""
 
-    from rocketidx import layout as L
-    from rocketidx.messages import release_pages, scan_records
-    from rocketidx.segments import list_segments, open_segment
+    import rocketidx.layout as L
+    from rocketidx.commitlog.records import release_pages, scan_records
+    from rocketidx.commitlog.segments import list_segments, open_segment
     total = 0
     for seg in list_segments(store / "commitlog"):
         buf = open_segment(seg)

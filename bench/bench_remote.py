@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from s3server import S3Server, configure_environment
 
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     server = S3Server(configure_environment())
     store = DATA / f"remote-store-{a.messages}"
     if not (store / "commitlog").is_dir():
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     results["build"] = {"wall_s": round(time.monotonic() - t0, 1), "peak_rss_mb": round(rss), "files": summary["files"]}
     print(f"build s3 -> s3 (in process, default sizes, 1-day windows): {results['build']}", flush=True)
 
-    from rocketidx.output import RemoteOutput
+    from rocketidx.output.remote import RemoteOutput
     manifest = RemoteOutput.from_uri(out).read_manifest()
     file_bytes = manifest["index_file_size"]
     key = _a_key(store)
@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _a_key(store: Path) -> tuple[str, str]:
     """A topic and key of one message of the store (its first, through the CommitLog reader)."""
-    from rocketidx.segments import list_segments
-    from rocketidx.splits import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
+    from rocketidx.commitlog.readers import CommitLogReader
     for batch in CommitLogReader(list_segments(store / "commitlog")):
         row = batch.slice(0, 1).to_pylist()[0]
         return row["topic"], row["uniq_key"]

@@ -5,7 +5,7 @@ the Spark bench generates it) when present, else ``bench-data/store-<N>`` genera
 (default 2,000,000) in the same shape. Each measurement runs in a fresh Python process, one after the other:
 
 * build:        ``rocketidx build --in-process`` (default sizes, 1-hour windows, UTC) -> ``bench-data/stats-out-*``
-* spark build:  :func:`rocketidx.spark.pipeline.build_index_spark` of the same store (``--no-spark-build``
+* spark build:  :func:`rocketidx.spark.build.build_index_spark` of the same store (``--no-spark-build``
                 skips it), Spark session start included
 * stats:        :func:`rocketidx.spark.stats.index_stats` of that output plus every table as pandas and
                 the summary; Spark session start included, and reported apart
@@ -49,7 +49,7 @@ _SPARK_BUILD = r"""
 import json, sys, time
 t0 = time.monotonic()
 from rocketidx.config import BuildConfig
-from rocketidx.spark.pipeline import build_index_spark
+from rocketidx.spark.build import build_index_spark
 from rocketidx.spark.session import get_session
 spark = get_session(sys.argv[1], {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"},
                     log_level="ERROR")
@@ -63,7 +63,7 @@ def ensure_store(store: Path | None, messages: int) -> Path:
         return store
     if (DATA / "store-4g" / "generator.json").exists():
         return DATA / "store-4g"
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     store = DATA / f"store-{messages}"
     if not (store / "generator.json").exists():
         print(f"generating {messages:,} messages into {store} (once) ...", flush=True)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"store {store}", flush=True)
     from bench import warm_page_cache
     warm_page_cache(store)  # every run reads from memory: the figures are CPU, not the disk
-    wall, text = _run([py, "-m", "rocketidx.cli", "build", "--in-process", "--commitlog", str(store), "--out",
+    wall, text = _run([py, "-m", "rocketidx", "build", "--in-process", "--commitlog", str(store), "--out",
                        str(out), "--timezone", "UTC", "--json"])
     summary = json.loads(text)
     results["build"] = {"wall_s": wall, "bytes_read": summary["bytes_read"], "entries": summary["entries"],

@@ -58,18 +58,19 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench-data"
 sys.path.insert(0, str(ROOT))
 
-from rocketidx import layout as L  # noqa: E402
-from rocketidx.backfill import interrupted, run_backfill  # noqa: E402
-from rocketidx.build import build_index  # noqa: E402
+import rocketidx.layout as L  # noqa: E402
+from rocketidx.backfill.store import interrupted, run_backfill  # noqa: E402
+from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
-from rocketidx.generate import GenConfig, generate_store  # noqa: E402
-from rocketidx.indexfile import query_offsets  # noqa: E402
-from rocketidx.query import open_index  # noqa: E402
-from rocketidx.segments import list_segments  # noqa: E402
-from rocketidx.splits import CommitLogReader  # noqa: E402
-from rocketidx.stats_local import index_stats_local  # noqa: E402
-from rocketidx.verify import BuildRead, VerifyReport, open_for_verify, verify_index  # noqa: E402
+from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.index.lookup import query_offsets  # noqa: E402
+from rocketidx.query.lookup import open_index  # noqa: E402
+from rocketidx.commitlog.segments import list_segments  # noqa: E402
+from rocketidx.commitlog.readers import CommitLogReader  # noqa: E402
+from rocketidx.stats.local import index_stats_local  # noqa: E402
+from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
+from rocketidx.verify.report import VerifyReport  # noqa: E402
 
 RIDX = [sys.executable, "-m", "rocketidx"]
 T0 = 1_700_000_000_000
@@ -811,7 +812,7 @@ def compare_shuffle(store: Path, d: Path, a: dict, config: BuildConfig, split_by
                     spark) -> None:
     """The Spark build's shuffle plan (which the CLI takes only where the direct plan cannot) against the
     in-process CLI build's outcome ``a``."""
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     out = d / "shuffle"
     got, err = _typed(build_index_spark, store, out, config, spark=spark, split_bytes=split_bytes,
                       shuffle_partitions=partitions, shuffle=True)

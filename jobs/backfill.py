@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli import INTERRUPTED_LEAVES, add_backfill_arguments, exit_code, run_backfill_command
+    from rocketidx.cli import INTERRUPTED_LEAVES, exit_code
+    from rocketidx.cli.backfill import add_backfill_arguments, run_backfill_command
     p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0])
     add_backfill_arguments(p, spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli import add_build_arguments, exit_code, run_build
+    from rocketidx.cli.build import add_build_arguments, run_build
+    from rocketidx.cli import exit_code
     p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0])
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)

@@ -32,7 +32,7 @@ class SamplePaths:
 
 def resolve_paths(store: str | None, index: str | None, commitlog: str | None, *, use_commitlog: bool = True
                   ) -> SamplePaths:
-    from rocketidx import storage
+    import rocketidx.storage as storage
     root = repo_root()
 
     def absolute(p: str | None) -> Path | str | None:
@@ -44,9 +44,9 @@ def resolve_paths(store: str | None, index: str | None, commitlog: str | None, *
     commitlog_p = absolute(commitlog) if commitlog is not None else (store_p if use_commitlog else None)
     if index_p is not None and storage.stat(str(index_p)) is not None:
         return SamplePaths(store_p, index_p, commitlog_p, False)
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     small = root / "sample" / "notebook"
     store_p, index_p = small / "store", small / "out"
     print(f"{index} not found (`make run` generates the full sample); using a small store in {small}")

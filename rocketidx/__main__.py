@@ -6,7 +6,7 @@ noticeable part of a second, and a Ctrl-C then must end the command as quietly a
 """
 import sys
 
-from rocketidx import interrupts
+import rocketidx.interrupts as interrupts
 
 
 def main(argv: list[str] | None = None) -> int:

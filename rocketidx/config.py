@@ -9,10 +9,9 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from rocketidx import layout as L
 from rocketidx.errors import ConfigError
-from rocketidx.units import parse_duration_ms
-from rocketidx.windows import resolve_timezone
+import rocketidx.layout as L
+from rocketidx.units import parse_duration_ms, resolve_timezone
 
 DEFAULT_WINDOW_MS = 3_600_000
 DEFAULT_BATCH_RECORDS = 65_536

@@ -20,9 +20,22 @@ import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from rocketidx.paths import is_uri, join_uri
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(path: str | os.PathLike) -> bool:
+    """A path with a scheme (``hdfs://``, ``s3://``, ``file://``): opened through pyarrow.fs."""
+    return isinstance(path, str) and _SCHEME.match(path) is not None
+
+
+def join_uri(uri: str, *parts: str) -> str:
+    """``uri`` with ``parts`` appended to its path; a query (``?region=...``) stays at the end."""
+    u = urlsplit(uri)
+    return urlunsplit(u._replace(path="/".join([u.path.rstrip("/"), *parts])))
+
 
 FILE, DIR = "file", "dir"
 FETCH_CHUNK = 8 * 1024**2  # a remote range is copied in pieces of this size

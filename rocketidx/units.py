@@ -17,11 +17,12 @@ import argparse
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Mapping
+from zoneinfo import ZoneInfo
 
 from rocketidx.errors import ConfigError
 from rocketidx.layout import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM
 
-# Every reader takes each size from the flag, else the manifest, else the files (indexfile.open_index_dir).
+# Every reader takes each size from the flag, else the manifest, else the files (output.open.open_index_dir).
 HASH_SLOTS_HELP = ("hashSlotNum of the files (default: the manifest, else what the files tell, else the broker's "
                    f"{DEFAULT_HASH_SLOT_NUM})")
 INDEX_NUM_HELP = ("indexNum of the files (default: the manifest, else what the files tell, else the broker's "
@@ -159,3 +160,16 @@ def format_utc(ms: int, iso: bool = False) -> str:
     except (ValueError, OverflowError, OSError):
         return f"{int(ms)} ms (not a date)"
     return dt.isoformat(timespec="milliseconds") if iso else dt.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def resolve_timezone(name: str | None) -> tuple[str, object]:
+    """(name, tzinfo): ``None``/``local`` is this host's zone, as the broker uses its host's zone."""
+    if name in (None, "", "local"):
+        local = datetime.now().astimezone().tzinfo
+        return "local", local
+    if name.upper() == "UTC":
+        return "UTC", timezone.utc
+    try:
+        return name, ZoneInfo(name)
+    except Exception as e:  # ZoneInfoNotFoundError, ValueError on odd keys
+        raise ConfigError("timezone", name, "unknown time zone") from e

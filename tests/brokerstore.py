@@ -7,14 +7,14 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from rocketidx.backfill import write_checkpoint_index_ts
-from rocketidx.build import build_index
+from rocketidx.backfill.store import write_checkpoint_index_ts
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.entries import extract_entry_keys
+from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.entries import extract_entry_keys
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.query import open_index, query_offsets
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader
+from rocketidx.query.lookup import open_index, query_offsets
 
 SLOTS, ITEMS = 1009, 3000
 

@@ -43,7 +43,7 @@ def s3_bucket(s3_server) -> str:
 
 
 def _reader_native_params():
-    from rocketidx.native import native_available
+    from rocketidx.commitlog.native import native_available
     return [pytest.param(False, id="numpy"),
             pytest.param(True, id="native", marks=pytest.mark.skipif(
                 not native_available(), reason="rocketidx._native is not built"))]

@@ -37,7 +37,7 @@ def configure_environment() -> str:
 
 def committed_files(uri: str) -> list[bytes]:
     """The committed IndexFiles of a remote output, oldest first, read back through pyarrow alone."""
-    from rocketidx.output import RemoteOutput
+    from rocketidx.output.remote import RemoteOutput
     out = RemoteOutput.from_uri(uri)
     index = out.index_path()
     got = []
@@ -52,8 +52,8 @@ def assert_golden_output(case, uri: str, manifest: dict) -> None:
     and answers every query of the case as RocketMQ did, read remotely."""
     from refdata import expected_files, expected_queries
 
-    from rocketidx.output import read_manifest
-    from rocketidx.query import open_index, query_offsets
+    from rocketidx.output.target import read_manifest
+    from rocketidx.query.lookup import open_index, query_offsets
     got = committed_files(uri)
     exp = expected_files(case)
     assert len(got) == len(exp)

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rocketidx.messages import MESSAGE_SCHEMA, records_to_batch
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader, SplitSpec, plan_splits, read_split, resolve_stops
+from rocketidx.commitlog.columns import MESSAGE_SCHEMA, records_to_batch
+from rocketidx.commitlog.readers import CommitLogReader, read_split
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.commitlog.splits import SplitSpec, plan_splits, resolve_stops
 
 
 def core_read(store) -> tuple[pa.Table, CommitLogReader]:

@@ -1,8 +1,8 @@
 """rocketidx on Spark: the only package that imports pyspark.
 
-* :mod:`rocketidx.spark.source`   the ``rocketmq-commitlog`` data source (messages, entries, stops of
+* :mod:`rocketidx.spark.sources.commitlog`   the ``rocketmq-commitlog`` data source (messages, entries, stops of
   byte-range splits) and :func:`read_messages`, the broker-recovery view of the messages;
-* :mod:`rocketidx.spark.pipeline` :func:`build_index_spark`, the Spark build (same bytes as the core's);
+* :mod:`rocketidx.spark.build` :func:`build_index_spark`, the Spark build (same bytes as the core's);
 * :mod:`rocketidx.spark.writer`   the mapInArrow IndexFile writer;
 * :mod:`rocketidx.spark.session`  :func:`get_session`, settings from ``conf/spark.json``;
 * :mod:`rocketidx.spark.verify`   :func:`verify_index_spark`, the index check on Spark;

@@ -1,8 +1,8 @@
-"""Backfill on Spark: :func:`rocketidx.backfill.run_backfill` with the Spark build as its builder.
+"""Backfill on Spark: :func:`rocketidx.backfill.store.run_backfill` with the Spark build as its builder.
 
 In: a stopped broker's store and the Spark settings (``conf/spark.json`` and flags). Out: what
 ``run_backfill`` returns. The plan, the lock, the staging, the verification and the install are the
-core's (:mod:`rocketidx.backfill`); only the rebuild of the lost range runs on Spark. The session is
+core's (:mod:`rocketidx.backfill.store`); only the rebuild of the lost range runs on Spark. The session is
 created when the rebuild starts, not before: a dry run, a locked store or a store with nothing to do
 never starts a JVM.
 """
@@ -20,7 +20,7 @@ class SparkBuilder:
         self.stats: dict = {}
 
     def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
-        from rocketidx.spark.pipeline import build_index_spark
+        from rocketidx.spark.build import build_index_spark
         if self.spark is None:
             from rocketidx.spark.session import get_session
             self.spark = get_session(self.settings.master, self.settings.conf, sources=False)
@@ -42,7 +42,7 @@ def run_backfill_spark(store: str | os.PathLike, *, spark=None, spark_conf: str 
 
     Returns ``(BackfillResult, spark figures)``; a session this call made is stopped before it returns.
     """
-    from rocketidx.backfill import run_backfill
+    from rocketidx.backfill.store import run_backfill
     from rocketidx.config import project_conf
     from rocketidx.spark.session import load_spark_settings
     conf = spark_conf or project_conf("spark.json")

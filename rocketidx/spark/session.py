@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from rocketidx import interrupts
-from rocketidx.engine import DEFAULT_BREAK_EVEN, launched_by_spark_submit
+from rocketidx.build.engine import DEFAULT_BREAK_EVEN, launched_by_spark_submit
+from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES
 from rocketidx.errors import ConfigError
-from rocketidx.splits import DEFAULT_SPLIT_BYTES
+import rocketidx.interrupts as interrupts
 from rocketidx.units import parse_size
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ DEFAULT_MASTER = "local[*]"
 # A driver JVM started here logs through this file (warnings up, minus start-up chatter) unless -v.
 QUIET_LOG4J = Path(__file__).with_name("log4j2-quiet.properties")
 # Spark's console progress bar draws `\r[Stage 0:===>  (1 + 1) / 2]` on stderr, into notebook cells too;
-# the CLI draws its own progress line (rocketidx.progress), on a terminal only.
+# the CLI draws its own progress line (rocketidx.cli.progress), on a terminal only.
 QUIET_DEFAULTS = {"spark.ui.showConsoleProgress": "false"}
 # What the JVM itself prints on start that no log4j setting reaches: Spark's launcher always adds
 # --add-modules=jdk.incubator.vector, and Java announces incubator modules on stderr.
@@ -59,7 +59,7 @@ class SparkSettings:
     shuffle_partitions: int | None = None  # None: the session's default parallelism
     master: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
-    break_even: int = DEFAULT_BREAK_EVEN  # bytes to read from which a command picks Spark (rocketidx.engine)
+    break_even: int = DEFAULT_BREAK_EVEN  # bytes to read from which a command picks Spark (rocketidx.build.engine)
 
 
 def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkSettings:
@@ -108,7 +108,7 @@ def get_session(master: str | None = None, conf: Mapping[str, str] | None = None
     """
     from pyspark.sql import SparkSession
 
-    from rocketidx.spark.source import register
+    from rocketidx.spark.sources.commitlog import register
 
     conf = dict(conf or {})
     spark = SparkSession.getActiveSession()
@@ -276,8 +276,7 @@ def build_py_files(dest_dir: str | os.PathLike) -> Path:
     they run (or ship a packed environment with ``--archives``). A compiled ``_native`` module cannot be
     imported from a zip, so executors use the numpy path unless rocketidx is installed there.
     """
-    import rocketidx
-    root = Path(rocketidx.__file__).resolve().parent
+    root = Path(__file__).resolve().parents[1]  # the rocketidx package
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / "rocketidx.zip"

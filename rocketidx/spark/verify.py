@@ -1,10 +1,10 @@
 """IndexFiles + CommitLog -> :class:`VerifyReport` on Spark: ``rocketidx verify`` for large stores.
 
-In: the IndexFiles to check (oldest first: :class:`IndexFile` values, as :func:`rocketidx.verify.
+In: the IndexFiles to check (oldest first: :class:`IndexFile` values, as :func:`rocketidx.verify.core.
 open_for_verify` opens them, or paths), optionally the CommitLog they index, and a SparkSession. Out:
-the very :class:`VerifyReport` that :func:`rocketidx.verify.verify_index` returns for the same input
+the very :class:`VerifyReport` that :func:`rocketidx.verify.core.verify_index` returns for the same input
 (same problems in the same order, same counts, files, ``entries_checked``, ``expected_entries`` and
-``covered_range``); the checks are listed in :mod:`rocketidx.verify`.
+``covered_range``); the checks are listed in :mod:`rocketidx.verify.core`.
 
 The plan::
 
@@ -22,7 +22,7 @@ The plan::
       entry of a message and every item pointing at it meet in one group
       -> repartition(range).groupBy(range)
          .applyInArrow(check_range)                    the core's content judge on that range
-                                                       (rocketidx.verify.judge_content, as the in-process
+                                                       (rocketidx.verify.content.judge_content, as the in-process
                                                        verify calls it): time-diff, window, the
                                                        (phyOffset, keyHash) multiset compare (extra,
                                                        missing), "candidate" rows for items at an offset
@@ -62,16 +62,17 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from rocketidx import layout as L
-from rocketidx import storage
 from rocketidx.arrays import pack
-from rocketidx.indexfile import FileRef, IndexFile, iter_items, open_index_dir
-from rocketidx.spark.source import SOURCE_NAME, SourceOptions, register, resolve_split_stops
+from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES
+from rocketidx.index.reader import FileRef, IndexFile, iter_items
+import rocketidx.layout as L
+from rocketidx.output.open import open_index_dir
+from rocketidx.spark.sources.commitlog import SOURCE_NAME, SourceOptions, register, resolve_split_stops
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
-from rocketidx.splits import DEFAULT_SPLIT_BYTES
-from rocketidx.verify import (CANDIDATE, MAX_LISTED_PER_KIND, BuildRead, ContentParams, EntryRows, FileSummary, Found,
-                              ItemRows, Problem, VerifyReport, check_structure, describe, judge_content, listing_order,
-                              log_mismatch, verify_index)
+import rocketidx.storage as storage
+from rocketidx.verify.content import CANDIDATE, ContentParams, EntryRows, Found, ItemRows, describe, judge_content
+from rocketidx.verify.core import BuildRead, check_structure, log_mismatch, verify_index
+from rocketidx.verify.report import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, listing_order
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def _unpack(table: pa.Table, name: str) -> np.ndarray:
 def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int
                ) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: each chunk of the group, ``ITEM_BATCH`` items at a time, as
-    :data:`PACKED_ROWS`, read by :func:`rocketidx.indexfile.iter_items` (a task's RSS is one batch, not
+    :data:`PACKED_ROWS`, read by :func:`rocketidx.index.reader.iter_items` (a task's RSS is one batch, not
     the file; a file cut short raises :class:`CorruptIndexError` naming it and the byte)."""
     task_setup()
     for ids in batches:
@@ -190,7 +191,7 @@ def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int
                  rules: BuildRead = BuildRead()) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over the source's ``shuffle`` rows (entries already packed per decoded batch): the
     entries of messages in ``[lo, hi]`` the build kept (``rules``: its time filter) as :data:`PACKED_ROWS`."""
-    from rocketidx.bundles import iter_bundles
+    from rocketidx.index.bundles import iter_bundles
     task_setup()
     for batch in batches:
         for bundle in iter_bundles(batch):
@@ -211,7 +212,7 @@ def _problems(file, kind: str, offset, a=None, b=None, n=None) -> pa.RecordBatch
 
 def check_range(table: pa.Table, params: ContentParams) -> list[pa.RecordBatch]:
     """One range group: its entries (rows with ``is_entry``) and the items pointing into it, judged by
-    the core's :func:`rocketidx.verify.judge_content` (which knows no messages here, so an item at an
+    the core's :func:`rocketidx.verify.content.judge_content` (which knows no messages here, so an item at an
     offset without entries comes back a ``candidate`` for the messages pass), as :data:`PROBLEM_ROWS`,
     and the range's entry count (an ``expected`` row)."""
     is_entry = table.column("is_entry").to_numpy(zero_copy_only=False)
@@ -232,7 +233,7 @@ def _range_table(table: pa.Table, *, params: ContentParams) -> pa.Table:
 def _open_files(files: Sequence[IndexFile | str | os.PathLike], hash_slot_num: int | None,
                 index_num: int | None) -> list[IndexFile]:
     """``files`` as :class:`IndexFile` values: those given as such kept, paths opened with the sizes of
-    the directory they are in (:func:`rocketidx.indexfile.open_index_dir`'s rule: the arguments, else
+    the directory they are in (:func:`rocketidx.output.open.open_index_dir`'s rule: the arguments, else
     its manifest, else what its files tell, else the broker's)."""
     sizes: dict[str, tuple[int, int]] = {}
     out = []
@@ -261,7 +262,7 @@ def _add_listed(report: VerifyReport, file: str, kind: str, total: int, listed: 
 
 
 def _details(kind: str, rows: list, window_id: int | None) -> list[tuple[int, str]]:
-    """(offset, detail) of a group's first rows, worded by the core (:func:`rocketidx.verify.describe`);
+    """(offset, detail) of a group's first rows, worded by the core (:func:`rocketidx.verify.content.describe`);
     a ``missing`` row stands for ``n`` entries, each listed."""
     listed: list[tuple[int, str]] = []
     for r in rows:
@@ -276,7 +277,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                        split_bytes: int = DEFAULT_SPLIT_BYTES, items_per_task: int = DEFAULT_ITEMS_PER_TASK,
                        hash_slot_num: int | None = None, index_num: int | None = None,
                        rules: BuildRead | None = None) -> VerifyReport:
-    """:func:`rocketidx.verify.verify_index` on Spark: the same report, with bounded memory per task.
+    """:func:`rocketidx.verify.core.verify_index` on Spark: the same report, with bounded memory per task.
 
     ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
     files of the wrong size into problems) or paths (opened with ``hash_slot_num``/``index_num``, else
@@ -291,8 +292,6 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     a message's entries and items by that field, but the build's endPhyOffset skip needs CommitLog order.
     """
     rules = rules or BuildRead()
-    from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if spark is None:
@@ -327,15 +326,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
     entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
         partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi, rules=rules), spark_schema(PACKED_ROWS))
-    chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
-              for i, r in sorted(by_file.items()) if r["items"] > 0
-              for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
-    sizes = [ch.hi - ch.lo for ch in chunks]
-    chunk_groups = [[chunks[i] for i in g]
-                    for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
-    items = (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
-             .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes),
-                         spark_schema(PACKED_ROWS)))
+    items = _items_frame(spark, by_file, refs, items_per_task, split_bytes, cores)
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
         tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
@@ -343,16 +334,44 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
         tuple(f.header.end_timestamp for f in files), tuple(f.header.index_count - 1 for f in files))
     ranges = max(1, hi // split_bytes - lo // split_bytes + 1)
     partitions = min(ranges, max(cores, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+    expected, totals, firsts = _found(entries.unionByName(items).repartition(partitions, "range"), params,
+                                      read, lo, hi)
+    report.expected_entries = expected
+    _list_content(report, files, window_ids, totals, firsts)
+    return report
+
+
+def _items_frame(spark, by_file: dict, refs: list[FileRef], items_per_task: int, split_bytes: int, cores: int):
+    """The index side: every file's items in chunks of ``items_per_task``, chunks packed into tasks."""
+    chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
+              for i, r in sorted(by_file.items()) if r["items"] > 0
+              for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
+    sizes = [ch.hi - ch.lo for ch in chunks]
+    chunk_groups = [[chunks[i] for i in g]
+                    for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
+    return (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
+            .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes), spark_schema(PACKED_ROWS)))
+
+
+def _found(rows, params: ContentParams, read, lo: int, hi: int):
+    """Judge the entries and items of each range group: (entries the log implies, problem counts by
+    (file, kind), the first rows of each kind to list). Offsets where an item points but no entry starts
+    are settled against the log's messages: an extra entry, or not a message at all."""
+    from pyspark import StorageLevel
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    def counts(df) -> dict:
+        with typed_task_errors():
+            return {(r["file"], r["kind"]): r["n"] for r in df.groupBy("file", "kind").agg(F.sum("n").alias("n")).collect()}
+
     cached = []
     try:
-        found = (entries.unionByName(items).repartition(partitions, "range")
-                 .groupBy("range").applyInArrow(grouped(_range_table, params=params), spark_schema(PROBLEM_ROWS))
+        found = (rows.groupBy("range").applyInArrow(grouped(_range_table, params=params), spark_schema(PROBLEM_ROWS))
                  .persist(StorageLevel.MEMORY_AND_DISK))
         cached.append(found)
-        with typed_task_errors():
-            totals = {(r["file"], r["kind"]): r["n"] for r in found.groupBy("file", "kind").agg(
-                F.sum("n").alias("n")).collect()}
-        report.expected_entries = int(totals.pop((-1, EXPECTED), 0))
+        totals = counts(found)
+        expected = int(totals.pop((-1, EXPECTED), 0))
         if any(kind == CANDIDATE for _, kind in totals):
             messages = read("messages").select(F.col("phy_offset").alias("phy")).where(
                 F.col("phy").between(lo, hi)).distinct().withColumn("is_msg", F.lit(True))
@@ -363,9 +382,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
             found = found.where(~F.col("kind").isin(CANDIDATE, EXPECTED)).unionByName(decided).persist(
                 StorageLevel.MEMORY_AND_DISK)
             cached.append(found)
-            with typed_task_errors():
-                totals = {(r["file"], r["kind"]): r["n"] for r in found.groupBy("file", "kind").agg(
-                    F.sum("n").alias("n")).collect()}
+            totals = counts(found)
         order = Window.partitionBy("file", "kind").orderBy("offset", "a", "b")
         with typed_task_errors():
             firsts = (found.where(F.col("kind") != EXPECTED).withColumn("rank", F.row_number().over(order))
@@ -373,8 +390,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     finally:
         for df in cached:
             df.unpersist()
-    _list_content(report, files, window_ids, totals, firsts)
-    return report
+    return expected, totals, firsts
 
 
 def _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules) -> VerifyReport:

@@ -1,21 +1,20 @@
 """The mapInArrow IndexFile writer: one shuffle partition's sorted entries -> IndexFiles + manifest rows.
 
-In: a partition's Arrow batches of :data:`rocketidx.spark.source.SHUFFLE_ROWS` (core bundles plus info rows), sorted by
+In: a partition's Arrow batches of :data:`rocketidx.spark.sources.commitlog.SHUFFLE_ROWS` (core bundles plus info rows), sorted by
 ``(window nulls first, phy_offset)``: every split's info row first (the partitioner gives each writer
 partition its own copy), then the bundles of each window it owns, window after window; bundles of a
 window hold disjoint offset ranges, so that order is CommitLog order.
-Out: Arrow batches of :data:`WRITER_ROWS`: one ``file`` row per IndexFile written (the manifest row the
-driver validates before it commits), one ``window`` row per window (entries, below-end skips and where
-the first was), from the
-partition holding copy 0 one ``range`` row per split (its :class:`RangeInfo`), and a last ``task`` row
-(the worker's CPU time and peak RSS).
+Out: the task's :class:`rocketidx.build.results.TaskResult` as one Arrow batch of
+:data:`rocketidx.build.results.WRITER_ROWS`: its windows' files (what the driver validates before it
+commits), from the partition holding copy 0 every split's :class:`RangeInfo`, and the worker's CPU time
+and peak RSS.
 
 Stays true:
 * every partition resolves the same stops from the same info rows (:func:`resolve_stops`) and drops
   the entries the broker's recovery would never read (after the first final stop, after a blank), so
   no message is ever sent back to the driver;
-* entries reach the core :class:`WindowWriter` in CommitLog order, one window at a time: memory is one
-  slot table plus one batch, whatever the window's size;
+* entries reach :func:`rocketidx.build.write.write_windows`, as in every build, in CommitLog order, one
+  window at a time: memory is one slot table plus one batch, whatever the window's size;
 * files go into a directory unique to the task attempt (``_tasks/p<partition>-t<attempt id>-<random>``
   under the staging version directory), so a retried or speculative attempt never touches another's
   files; on an output pyarrow.fs opens, each file is built on the executor's local disk and uploaded
@@ -26,86 +25,58 @@ from __future__ import annotations
 import uuid
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 
-from rocketidx.direct import WriterParams
-from rocketidx.output import TASKS_DIR
+from rocketidx.build.direct import WriterParams
+from rocketidx.build.results import WRITER_ROWS, TaskResult, to_batch
+from rocketidx.build.write import EntryBatch, write_windows
+from rocketidx.output.local import TASKS_DIR
+
+__all__ = ["WRITER_ROWS", "WriterParams", "write_partition"]
 
 
-WRITER_ROWS = pa.schema([
-    ("kind", pa.string()),  # file | window | range | task
-    ("partition", pa.int32()),
-    ("task_dir", pa.string()),  # relative to the staging directory
-    ("name", pa.string()),  # staging name <window start 15 digits>_<seq 4 digits>
-    ("window_id", pa.int64()),
-    ("window_start_ms", pa.int64()),
-    ("seq", pa.int32()),
-    ("begin_timestamp", pa.int64()),
-    ("end_timestamp", pa.int64()),
-    ("begin_phy_offset", pa.int64()),
-    ("end_phy_offset", pa.int64()),
-    ("hash_slot_count", pa.int32()),
-    ("index_count", pa.int32()),
-    ("created_with_end_phy_offset", pa.int64()),
-    ("created_with_end_timestamp", pa.int64()),
-    ("size", pa.int64()),
-    ("entries", pa.int64()),
-    ("skipped_below_end", pa.int64()),
-    ("first_skipped_at", pa.int64()),  # window rows: CommitLog offset of the first record skipped, or null
-    ("worker_rss_kb", pa.int64()),  # window and task rows: peak RSS of the Python worker so far
-    ("cpu_ms", pa.int64()),  # task rows: CPU time the Python worker spent on this task
-    ("info", pa.binary()),
-])
+class _TaskDir:
+    """The attempt's directory under the staging version, made when the first window starts (a partition
+    that owns no window leaves nothing behind)."""
 
+    def __init__(self, staging: str, task_dir: str):
+        self.staging, self.task_dir, self.files = staging, task_dir, None
 
-def _rows(rows: list[dict]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(rows, schema=WRITER_ROWS)
+    @property
+    def local(self) -> str:
+        if self.files is None:
+            from rocketidx.output.target import TaskFiles
+            self.files = TaskFiles(self.staging, self.task_dir)
+        return self.files.local
+
+    def publish(self, names: list[str]) -> None:
+        self.files.publish(names)
 
 
 def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> Iterator[pa.RecordBatch]:
-    """The mapInArrow function: write this partition's windows, yield the manifest rows."""
-    import resource
-
+    """The mapInArrow function: write this partition's windows, yield the task's result."""
     import pyarrow.compute as pc
     from pyspark import TaskContext
 
-    from rocketidx import layout as L
+    from rocketidx.commitlog.splits import RangeInfo, resolve_stops, skip_mask
     from rocketidx.errors import RocketIdxError
-    from rocketidx.indexfile import WindowWriter
-    from rocketidx.output import TaskFiles
-    from rocketidx.bundles import iter_bundles
+    from rocketidx.index.bundles import iter_bundles
     from rocketidx.spark.tasks import task_setup
-    from rocketidx.splits import RangeInfo, resolve_stops, skip_mask
+    from rocketidx.usage import Usage
 
     task_setup()
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    cpu0 = usage.ru_utime + usage.ru_stime
+    usage = Usage()
     ctx = TaskContext.get()
     partition = ctx.partitionId() if ctx else 0
     attempt = ctx.taskAttemptId() if ctx else 0
     task_dir = f"{TASKS_DIR}/p{partition:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
-    dest = None
+    dest = _TaskDir(params.staging, task_dir)
     infos: dict[int, RangeInfo] = {}
     copies: set[int] = set()
-    skip = None
-    writer: WindowWriter | None = None
-    done_windows: set[int] = set()
-    size = L.index_file_size(params.hash_slot_num, params.index_num)
 
-    def finish(w: WindowWriter) -> pa.RecordBatch:
-        files = w.close()
-        dest.publish([f.name for f in files])
-        rows = [dict(f.as_row(), kind="file", partition=partition, task_dir=task_dir, seq=f.seq,
-                     created_with_end_phy_offset=f.created_with_end_phy_offset,
-                     created_with_end_timestamp=f.created_with_end_timestamp, size=size, entries=f.entries)
-                for f in files]
-        rows.append({"kind": "window", "partition": partition, "task_dir": task_dir, "window_id": w.window_id,
-                     "window_start_ms": w.window_id * params.window_ms, "entries": w.entries,
-                     "skipped_below_end": w.skipped_below_end, "first_skipped_at": w.first_skipped_at,
-                     "worker_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
-        return _rows(rows)
-
-    try:
+    def entries() -> Iterator[EntryBatch]:
+        skip = None
         for batch in batches:
             window = batch.column("window")
             if window.null_count:
@@ -130,34 +101,16 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
                     if keep.all():
                         continue
                     keep = ~keep
-                wid = bundle.window
-                if writer is None or writer.window_id != wid:
-                    if writer is not None:
-                        done_windows.add(writer.window_id)
-                        yield finish(writer)
-                        writer = None
-                    if wid in done_windows or (done_windows and wid < max(done_windows)):
-                        raise RocketIdxError(f"writer partition {partition}: window {wid} arrived out of order; "
-                                             "bundles must be sorted by (window, phy_offset)")
-                    if dest is None:
-                        dest = TaskFiles(params.staging, task_dir)
-                    writer = WindowWriter(dest.local, wid, params.window_ms, params.hash_slot_num,
-                                          params.index_num)
-                writer.add(*bundle.entries(keep), bundle.entry_positions(keep))
-        if writer is not None:
-            yield finish(writer)
-            writer = None
-        if 0 in copies:
-            yield _rows([{"kind": "range", "partition": partition, "info": i.to_json()}
-                         for i in sorted(infos.values(), key=lambda i: i.index)])
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        yield _rows([{"kind": "task", "partition": partition, "task_dir": task_dir, "worker_rss_kb": usage.ru_maxrss,
-                      "cpu_ms": int((usage.ru_utime + usage.ru_stime - cpu0) * 1000)}])
+                phy, kh, ts = bundle.entries(keep)
+                yield EntryBatch(np.full(len(phy), bundle.window, np.int64), phy, kh, ts, bundle.entry_positions(keep))
+
+    try:
+        windows = list(write_windows(entries(), dest, params.sizes, max_open=1, ordered=True))
     except BaseException:
-        if writer is not None:
-            writer.abort()
-        if dest is not None:
-            dest.discard()
+        if dest.files is not None:
+            dest.files.discard()
         raise
-    if dest is not None:
-        dest.close()
+    if dest.files is not None:
+        dest.files.close()
+    ranges = sorted(infos.values(), key=lambda i: i.index) if 0 in copies else []
+    yield to_batch(TaskResult(partition, task_dir, None, windows, ranges).finish(usage))

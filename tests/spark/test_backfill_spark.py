@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
-from rocketidx.backfill import make_plan, run_backfill
+from rocketidx.backfill.store import make_plan, run_backfill
 from rocketidx.config import BuildConfig
 from rocketidx.spark.backfill import SparkBuilder, run_backfill_spark
-from rocketidx.spark.pipeline import build_index_spark
+from rocketidx.spark.build import build_index_spark
 from rocketidx.spark.session import SparkSettings
 
 pytestmark = pytest.mark.spark
@@ -68,7 +68,7 @@ def test_skip_entries_drops_exactly_the_entries_the_kept_file_holds(spark, tmp_p
     start = files[keep - 1]["end_phy_offset"]
     plan = make_plan(store)
     config = BuildConfig(hash_slot_num=SLOTS, index_num=ITEMS, window_ms=0, timezone="UTC")
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     core, core_summary = build_index(store / "commitlog", tmp_path / "core", config, start_offset=start,
                                      skip_entries=plan.skip_entries, name_after=files[keep - 1]["name"])
     got, summary = build_index_spark(store / "commitlog", tmp_path / "spark", config, spark=spark,

@@ -2,7 +2,7 @@
 
 Every golden case and the external rocketmq-rust store, with every segment split, at 1, 2 and 7 writer
 partitions: the IndexFiles byte for byte, ``_manifest.json`` and the summary (timing aside) equal
-``rocketidx.build.build_index`` on the same CommitLog. Then the commit's promises: a lock against a
+``rocketidx.build.local.build_index`` on the same CommitLog. Then the commit's promises: a lock against a
 second build, a failed build leaves the previous output, re-running gives the same bytes.
 """
 from __future__ import annotations
@@ -16,13 +16,13 @@ import pytest
 from refdata import EXTERNAL, GOLDEN_CASES, load_case
 from scenarios import BASIC, SCENARIOS, lay_segment, props, write_segments
 
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.entries import extract_entries
 from rocketidx.config import BuildConfig
-from rocketidx.entries import extract_entries
 from rocketidx.errors import StoreLockedError
-from rocketidx.indexfile import IndexFile
-from rocketidx.output import output_lock
-from rocketidx.spark.pipeline import build_index_spark
+from rocketidx.index.reader import IndexFile
+from rocketidx.output.local import output_lock
+from rocketidx.spark.build import build_index_spark
 
 from splitread import core_read, same_build
 
@@ -173,7 +173,7 @@ def test_time_and_offset_filters_index_exactly_the_messages_in_range(spark, tmp_
 def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, steps, back_ms, plan):
     """A few steps back: the direct plan reroutes the strays; many: it gives way to the shuffle plan.
     150 items per file, so windows roll over into several files."""
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     store = tmp_path / "store"
     generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,
                                     clock_steps=steps, clock_back_ms=back_ms, seed=5))
@@ -189,7 +189,7 @@ def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, ste
 
 
 def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
-    from rocketidx.direct import build_index_range
+    from rocketidx.build.local import build_index_range
     case = GOLDEN_CASES[5]
     table, _ = core_read(case / "commitlog")
     ts = sorted(table["store_timestamp_ms"].to_pylist())
@@ -205,9 +205,9 @@ def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
 def test_a_slice_read_through_the_time_index_gives_the_full_reads_bytes(spark, tmp_path, partitions):
     """The clock steps back 70 minutes in three places, so the slice's records lie in blocks far apart;
     on Spark the slice reads only those blocks (each task its windows) and builds what a full read does."""
-    from rocketidx.direct import build_index_range
-    from rocketidx.generate import GenConfig, generate_store
-    from rocketidx.timeindex import DIR_NAME
+    from rocketidx.build.local import build_index_range
+    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.commitlog.timeindex import DIR_NAME
     store = tmp_path / "store"
     generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,
                                     clock_steps=3, clock_back_ms=70 * 60_000, seed=5))

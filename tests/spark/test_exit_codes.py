@@ -19,11 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 GEN = ["--messages", "3000", "--segment-bytes", "65536", "--body-bytes", "100", "--span", "2h"]
 SIZES = ["--hash-slots", "101", "--index-num", "2000", "--timezone", "UTC", "--master", "local[1]"]
 
-# Runs a command line after patching rocketidx.safety.check_range (the first thing a build does) to send
+# Runs a command line after patching rocketidx.output.safety.check_range (the first thing a build does) to send
 # SIGINT to this process: the interrupt lands at the same point in both entry points.
 INTERRUPTING = textwrap.dedent("""
     import os, runpy, signal, sys
-    import rocketidx.safety as safety
+    import rocketidx.output.safety as safety
     original = safety.check_range
     def hooked(*a, **kw):
         os.kill(os.getpid(), signal.SIGINT)

@@ -16,10 +16,10 @@ import pytest
 
 from refdata import GOLDEN
 
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.query import open_index, query_offsets
+from rocketidx.query.lookup import open_index, query_offsets
 from rocketidx.spark.session import build_py_files
 
 from splitread import same_build
@@ -52,7 +52,7 @@ def test_killing_the_driver_mid_write_leaves_the_previous_output_answering(spark
         import os, sys
         os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
         from rocketidx.config import BuildConfig
-        from rocketidx.spark.pipeline import build_index_spark
+        from rocketidx.spark.build import build_index_spark
         build_index_spark({str(store)!r}, {str(out)!r}, BuildConfig(timezone="UTC"), master="local[2]",
                           split_bytes=1 << 20, shuffle_partitions=2)
         print("FINISHED")
@@ -75,7 +75,7 @@ def test_killing_the_driver_mid_write_leaves_the_previous_output_answering(spark
     assert answers(out, keys) == before
 
     # The next build starts over, removes what the killed one left, and gives the same bytes again.
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     rebuilt = tmp_path / "rebuilt"
     build_index(store, rebuilt, config)
     build_index_spark(store, out, config, spark=spark, split_bytes=1 << 20, shuffle_partitions=2)

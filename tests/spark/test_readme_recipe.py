@@ -19,8 +19,8 @@ import pytest
 from readme_doc import logical_lines, parse_command, read_readme, shell_blocks
 from splitread import same_build
 
-from rocketidx.build import build_index
-from rocketidx.cli import add_build_arguments
+from rocketidx.build.local import build_index
+from rocketidx.cli.build import add_build_arguments
 from rocketidx.config import load_config
 
 pytestmark = pytest.mark.spark

@@ -11,10 +11,12 @@ import pytest
 
 from refdata import GOLDEN_CASES, case_config, expected_files
 
-from rocketidx import storage
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.errors import StoreLockedError
-from rocketidx.output import CURRENT_FILE, INDEX_DIR, MANIFEST, SUCCESS, RemoteOutput, read_manifest
+from rocketidx.output.local import CURRENT_FILE, INDEX_DIR, MANIFEST, SUCCESS
+from rocketidx.output.remote import RemoteOutput
+from rocketidx.output.target import read_manifest
+import rocketidx.storage as storage
 
 CASE = GOLDEN_CASES[0]
 
@@ -51,7 +53,7 @@ def core_build(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark_build(spark, s3_server, core_build):
     """One Spark build of the golden case to an ``s3://`` output: (output URI, manifest returned)."""
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     out = f"s3://{s3_server.new_bucket()}/out"
     manifest, _ = build_index_spark(CASE / "commitlog", out, case_config(CASE), spark=spark,
                                     split_bytes=100_003, shuffle_partitions=2)
@@ -75,7 +77,7 @@ def test_a_build_to_s3_gives_the_golden_bytes_and_the_in_process_manifest(spark_
 
 @pytest.mark.spark
 def test_a_spark_build_to_a_file_uri_is_the_local_layout_and_stays_sparse(spark, tmp_path, core_build):
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     out = tmp_path / "out"
     manifest, _ = build_index_spark(CASE / "commitlog", out.as_uri(), case_config(CASE), spark=spark,
                                     split_bytes=100_003, shuffle_partitions=2)
@@ -88,7 +90,7 @@ def test_a_spark_build_to_a_file_uri_is_the_local_layout_and_stays_sparse(spark,
 
 @pytest.mark.spark
 def test_rebuilding_an_s3_output_replaces_it_and_keeps_the_old_version_until_the_next(spark, s3_server, spark_build):
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     first, first_manifest = spark_build
     old, _ = committed(first)
     out = f"s3://{s3_server.new_bucket()}/out"
@@ -111,7 +113,7 @@ def test_rebuilding_an_s3_output_replaces_it_and_keeps_the_old_version_until_the
 
 @pytest.mark.spark
 def test_a_held_lock_object_refuses_a_spark_build(spark, spark_build):
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     out, manifest = spark_build
     remote = RemoteOutput.from_uri(out)
     with remote.lock(settle_s=0):
@@ -123,7 +125,7 @@ def test_a_held_lock_object_refuses_a_spark_build(spark, spark_build):
 @pytest.mark.spark
 def test_a_spark_build_that_fails_at_the_commit_leaves_the_previous_output(spark, s3_server, spark_build,
                                                                            monkeypatch):
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     _, manifest = spark_build
     out = f"s3://{s3_server.new_bucket()}/out"
     build_index_spark(CASE / "commitlog", out, case_config(CASE), spark=spark, split_bytes=100_003,

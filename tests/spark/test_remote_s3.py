@@ -16,16 +16,16 @@ import pytest
 from s3server import assert_golden_output, committed_files
 from refdata import GOLDEN_CASES, case_config, expected_queries, golden_params, load_case
 
-from rocketidx import storage
-from rocketidx.output import read_manifest
-from rocketidx.query import open_index, query_offsets
+from rocketidx.output.target import read_manifest
+from rocketidx.query.lookup import open_index, query_offsets
+import rocketidx.storage as storage
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.mark.parametrize("case", golden_params())
 def test_a_golden_case_from_s3_into_s3_on_spark_is_byte_identical(spark, s3_server, case):
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     bucket = s3_server.new_bucket()
     commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
     s3_server.upload_dir(str(case / "commitlog"), commitlog)
@@ -36,7 +36,7 @@ def test_a_golden_case_from_s3_into_s3_on_spark_is_byte_identical(spark, s3_serv
 
 def test_spark_verify_and_stats_read_a_remote_output(spark, s3_server, capsys):
     from rocketidx.cli import main
-    from rocketidx.spark.pipeline import build_index_spark
+    from rocketidx.spark.build import build_index_spark
     case = GOLDEN_CASES[0]
     bucket = s3_server.new_bucket()
     commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
@@ -48,7 +48,7 @@ def test_spark_verify_and_stats_read_a_remote_output(spark, s3_server, capsys):
     core = json.loads(capsys.readouterr().out)
     assert main(args + ["--spark", "--split-bytes", "65536"]) == 0
     assert json.loads(capsys.readouterr().out) == core and core["clean"]
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     from rocketidx.spark.verify import verify_index_spark
     d = open_index_dir(out)  # the files by URI, sized from the directory they are in
     by_uri = verify_index_spark(d.paths, spark=spark, split_bytes=65_536)
@@ -79,7 +79,7 @@ def test_a_killed_spark_build_leaves_the_previous_remote_output_readable(s3_serv
     assert main(args + ["--in-process"]) == 0
     first = read_manifest(out)
     before = committed_files(out)
-    proc = subprocess.Popen([sys.executable, "-m", "rocketidx.cli", *args, "--master", "local[2]", "--split-bytes",
+    proc = subprocess.Popen([sys.executable, "-m", "rocketidx", *args, "--master", "local[2]", "--split-bytes",
                              "65536"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     lock = storage.join(out, ".lock")
     deadline = time.monotonic() + 120

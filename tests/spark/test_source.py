@@ -12,8 +12,8 @@ from chispa import assert_df_equality
 
 from refdata import GOLDEN, GOLDEN_CASES
 
-from rocketidx.messages import MESSAGE_SCHEMA
-from rocketidx.spark.source import SOURCE_NAME, STOP_ROWS, read_messages, spark_schema
+from rocketidx.commitlog.columns import MESSAGE_SCHEMA
+from rocketidx.spark.sources.commitlog import SOURCE_NAME, STOP_ROWS, read_messages, spark_schema
 
 from splitread import core_read
 

@@ -1,7 +1,7 @@
 """The entry and window stages of the Spark build, against the core's own entries.
 
 Entry stage: ``output=entries`` rows (and the build's ``output=shuffle`` bundles, unpacked) equal
-what ``rocketidx.entries`` extracts from the core reader's messages, windows from ``assign_windows``.
+what ``rocketidx.commitlog.entries`` extracts from the core reader's messages, windows from ``assign_windows``.
 Window stage: every window lands in exactly one partition, each partition holds every split's info row
 first, then its bundles in ``(window, phy_offset)`` order.
 """
@@ -15,11 +15,11 @@ from pyspark.sql import functions as F
 
 from refdata import GOLDEN
 
-from rocketidx.entries import extract_entries
-from rocketidx.spark.pipeline import entries_frame, partition_entries, partition_keys
-from rocketidx.bundles import iter_bundles
-from rocketidx.spark.source import SOURCE_NAME, SourceOptions
-from rocketidx.windows import assign_windows
+from rocketidx.commitlog.entries import extract_entries
+from rocketidx.index.bundles import iter_bundles
+from rocketidx.index.windows import assign_windows
+from rocketidx.spark.build import entries_frame, partition_entries, partition_keys
+from rocketidx.spark.sources.commitlog import SOURCE_NAME, SourceOptions
 
 from splitread import core_read
 

@@ -20,11 +20,12 @@ import unit.test_verify as core_cases
 from refdata import GOLDEN, golden_params, load_case
 from unit.test_verify import G3, ITEMS, SLOTS, config_for, item_at, kinds_at
 
-from rocketidx.build import build_index
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader, read_segment
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.readers import CommitLogReader, read_segment
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.spark.verify import verify_index_spark
-from rocketidx.verify import MAX_LISTED_PER_KIND, VerifyReport, open_for_verify, verify_index
+from rocketidx.verify.core import open_for_verify, verify_index
+from rocketidx.verify.report import MAX_LISTED_PER_KIND, VerifyReport
 
 pytestmark = pytest.mark.spark
 
@@ -290,9 +291,9 @@ def test_misplaced_offsets_on_spark_give_the_core_report(spark, tmp_path, case):
 
 def test_time_slice_on_spark_expects_only_the_slice(spark, tmp_path):
     from rocketidx.config import BuildConfig
-    from rocketidx.direct import build_index_range
-    from rocketidx.generate import GenConfig, generate_store
-    from rocketidx.verify import BuildRead
+    from rocketidx.build.local import build_index_range
+    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.verify.core import BuildRead
     t0 = 1_700_000_000_000
     generate_store(tmp_path / "store", GenConfig(messages=4000, segment_bytes=128 * 1024, span_ms=6 * 3_600_000,
                                                  clock_steps=2, clock_back_ms=90 * 60_000, seed=5))
@@ -317,13 +318,13 @@ def test_another_log_is_said_and_every_file_counts_its_problems_on_spark(spark, 
     the core's report on Spark: the one line saying so, and a per-file problems column that counts every
     problem of the file (the content ones included), not 0."""
     from rocketidx.config import BuildConfig
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
     generate_store(tmp_path / "A", GenConfig(seed=1, **shape))
     generate_store(tmp_path / "B", GenConfig(seed=2, **shape))
     build_index(tmp_path / "A", tmp_path / "out", BuildConfig(hash_slot_num=4096, index_num=8192))
     _, manifest = open_for_verify(tmp_path / "out", None, None, VerifyReport())
-    from rocketidx.verify import BuildRead
+    from rocketidx.verify.core import BuildRead
     rules = BuildRead.of(manifest)
     other = verify_both(spark, tmp_path / "out", tmp_path / "B", slots=None, items=None, window=True, rules=rules)
     assert other.log_mismatch.startswith("the index was not built from this CommitLog")

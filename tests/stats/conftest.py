@@ -8,9 +8,9 @@ import pytest
 def small_store(tmp_path_factory):
     """A generated store (3,000 messages over 2 h) and its windowed build output with small files:
     10-minute windows of ~600 entries, 1,009 slots, 400 items, so every window rolls over into a second file."""
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     root = tmp_path_factory.mktemp("stats-store")
     store, out = root / "store", root / "out"
     generate_store(store, GenConfig(messages=3000, segment_bytes=1 << 20, span_ms=2 * 3_600_000, seed=11))

@@ -1,9 +1,9 @@
-"""rocketidx.plots on edge cases (no Spark): empty tables give a figure that says so, never an error."""
+"""rocketidx.stats.plots on edge cases (no Spark): empty tables give a figure that says so, never an error."""
 from __future__ import annotations
 
 import pandas as pd
 
-from rocketidx import plots
+from rocketidx.stats import plots
 
 
 def test_empty_tables_still_draw(tmp_path):

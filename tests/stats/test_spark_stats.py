@@ -180,7 +180,7 @@ def test_windowed_sizing_counts_files_per_window(windowed):
 
 def test_items_source_agrees_with_the_scan(spark, windowed):
     """The rocketmq-index items output, aggregated in Spark SQL, gives the scan's chain lengths."""
-    from rocketidx.spark.stats import read_index_items
+    from rocketidx.spark.sources.index import read_index_items
     out, stats, t = windowed
     items = read_index_items(spark, out, items_per_split=500)
     items.createOrReplaceTempView("index_items")
@@ -203,7 +203,7 @@ def test_small_files_share_tasks():
 
 def test_source_options_are_validated():
     from rocketidx.errors import ConfigError
-    from rocketidx.spark.stats import IndexSourceOptions
+    from rocketidx.spark.sources.index import IndexSourceOptions
     with pytest.raises(ConfigError, match="output"):
         IndexSourceOptions.parse({"path": "x", "output": "nope"})
     with pytest.raises(ConfigError, match="top"):
@@ -223,7 +223,7 @@ def test_commitlog_tables_need_the_commitlog(windowed):
 
 def test_every_figure_renders_to_a_png(g2, tmp_path):
     import matplotlib.image
-    from rocketidx import plots
+    from rocketidx.stats import plots
     _, _, t, _ = g2
     figs = plots.render_figures(t, tmp_path)
     assert set(figs) == set(plots.FIGURES)
@@ -256,10 +256,10 @@ def test_a_damaged_item_is_a_typed_error_naming_the_file(spark, small_store, tmp
 def test_another_log_is_refused_before_any_spark_job(spark, tmp_path):
     """Issue 20 item 6: statistics of an index with a CommitLog it was not built from would show that log's
     topics and keys as the index's: a typed error saying so, on Spark as in process."""
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.errors import IndexLogMismatchError
-    from rocketidx.generate import GenConfig, generate_store
+    from rocketidx.commitlog.generate import GenConfig, generate_store
     from rocketidx.spark.stats import index_stats
     shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
     generate_store(tmp_path / "A", GenConfig(seed=1, **shape))

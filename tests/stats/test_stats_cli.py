@@ -1,4 +1,4 @@
-"""``rocketidx stats`` (rocketidx.stats_cli): exit codes, JSON for scripts, tables for terminals."""
+"""``rocketidx stats`` (rocketidx.cli.stats): exit codes, JSON for scripts, tables for terminals."""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from rocketidx import stats_cli
+from rocketidx.cli import stats as stats_cli
 
 
 def run(argv: list[str]) -> int:
@@ -30,7 +30,7 @@ def test_bad_targets_exit_2(tmp_path, capsys):
 def test_an_empty_build_output_is_an_empty_index_not_an_error(tmp_path, capsys):
     """A log whose first TOTALSIZE is 0 builds an output of no IndexFile: verify says clean, query
     answers [], and stats reports an index with nothing in it (it used to exit 2)."""
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
     log = tmp_path / "commitlog"
     log.mkdir()

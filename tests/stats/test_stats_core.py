@@ -1,4 +1,4 @@
-"""rocketidx.stats without Spark: a hand-made file with hand-computed answers, the golden cases against
+"""rocketidx.stats.core without Spark: a hand-made file with hand-computed answers, the golden cases against
 a link-by-link walk, key-count merges against a Counter, and the sizing arithmetic by hand."""
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rocketidx import stats as core
+from rocketidx.stats import core
+from rocketidx.stats.sizing import (MS_PER_DAY, SizingTargets, expected_used_slots, files_per_day, predicted_mean_chain, round_up_nice, sizing_advice, slots_for_mean_chain)
+from rocketidx.stats.keys import (commitlog_partials, hash_filter, in_hash_filter, merge_key_counts, merge_key_groups, split_key_counts)
 from rocketidx.errors import ConfigError, CorruptIndexError
-from rocketidx.indexfile import FileRef
+from rocketidx.index.reader import FileRef
 from stats_reference import GOLDEN_NAMES, chain_lengths, golden_case, java_key_hash, nearest_rank
 
 # --- a file made by hand ------------------------------------------------------------------------
@@ -162,10 +164,10 @@ def test_golden_key_counts_merge_to_a_counter(name, parts):
     by_part = defaultdict(lambda: ([], []))
     for ref in refs:
         s = core.scan_file(ref, bucket_ms=600_000)
-        for p, h, c in core.split_key_counts(s.key_hashes, s.key_counts, parts, max_rows=7):
+        for p, h, c in split_key_counts(s.key_hashes, s.key_counts, parts, max_rows=7):
             by_part[p][0].append(h)
             by_part[p][1].append(c)
-    merged = [core.merge_key_counts(*by_part[p], top=5) for p in range(parts)]
+    merged = [merge_key_counts(*by_part[p], top=5) for p in range(parts)]
     counts = Counter(it[0] for f in case.files() for it in f.items[1:])
     files_of = defaultdict(set)
     for i, f in enumerate(case.files()):
@@ -187,12 +189,12 @@ def test_golden_key_counts_merge_to_a_counter(name, parts):
 
 @golden
 def test_golden_true_collisions_and_topics_from_the_commitlog(name):
-    from rocketidx.splits import CommitLogReader
-    from rocketidx.segments import list_segments
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
     case = golden_case(name)
     tbs, kts = [], []
     for batch in CommitLogReader(list_segments(case.commitlog)):
-        tb, kt = core.commitlog_partials(batch, bucket_ms=3_600_000, key_filter=None)
+        tb, kt = commitlog_partials(batch, bucket_ms=3_600_000, key_filter=None)
         tbs.append(tb)
         kts.append(kt)
     keys_by_hash = defaultdict(Counter)
@@ -204,7 +206,7 @@ def test_golden_true_collisions_and_topics_from_the_commitlog(name):
         for k in m["indexKeys"]:
             keys_by_hash[java_key_hash(k)][k] += 1
     wanted = {next(iter(keys_by_hash))}
-    totals, groups = core.merge_key_groups(kts, wanted=wanted, examples=50)
+    totals, groups = merge_key_groups(kts, wanted=wanted, examples=50)
     colliding = {h: c for h, c in keys_by_hash.items() if len(c) >= 2}
     assert totals["hashes"] == len(keys_by_hash)
     assert totals["keys"] == sum(len(c) for c in keys_by_hash.values())
@@ -231,41 +233,41 @@ def test_g2_has_true_collisions():
 def test_hash_filter_holds_what_was_put_in():
     rng = np.random.default_rng(5)
     put = rng.integers(0, 2**31 - 1, 10_000).astype(np.int32)
-    f = core.hash_filter(put, bits=20)
-    assert core.in_hash_filter(f, put).all()
+    f = hash_filter(put, bits=20)
+    assert in_hash_filter(f, put).all()
     others = rng.integers(0, 2**31 - 1, 100_000)
-    assert core.in_hash_filter(f, others).mean() < 0.02  # ~10,000 / 2^20 false positives
+    assert in_hash_filter(f, others).mean() < 0.02  # ~10,000 / 2^20 false positives
 
 
 # --- formulas by hand ---------------------------------------------------------------------------
 
 def test_expected_used_slots_and_mean_chain_by_hand():
-    assert core.expected_used_slots(2, 2) == pytest.approx(1.5)  # 2 * (1 - (1/2)^2)
+    assert expected_used_slots(2, 2) == pytest.approx(1.5)  # 2 * (1 - (1/2)^2)
     # n = d = 4 over S = 4: U = 4 * (1 - (3/4)^4) = 175/64; over S = 3: U = 3 * (1 - (2/3)^4) = 65/27
-    assert core.predicted_mean_chain(4, 4, 4) == pytest.approx(4 / (175 / 64))  # 1.4629
-    assert core.predicted_mean_chain(4, 4, 3) == pytest.approx(4 / (65 / 27))  # 1.6615
-    assert core.slots_for_mean_chain(4, 4, 1.5) == 4
-    assert core.slots_for_mean_chain(10, 5, 1.9) is None  # two entries per hash: never below 2
+    assert predicted_mean_chain(4, 4, 4) == pytest.approx(4 / (175 / 64))  # 1.4629
+    assert predicted_mean_chain(4, 4, 3) == pytest.approx(4 / (65 / 27))  # 1.6615
+    assert slots_for_mean_chain(4, 4, 1.5) == 4
+    assert slots_for_mean_chain(10, 5, 1.9) is None  # two entries per hash: never below 2
 
 
 def test_percentiles_and_rounding_by_hand():
     assert core.histogram_percentiles([1, 2, 3], [5, 3, 2]) == [1, 3, 3]  # ranks 5, 9 and 10 of 10
     assert core.histogram_percentiles([], []) == [0, 0, 0]
-    assert core.round_up_nice(1_234_567) == 1_300_000
-    assert core.round_up_nice(6001) == 6100
-    assert core.round_up_nice(7) == 7
+    assert round_up_nice(1_234_567) == 1_300_000
+    assert round_up_nice(6001) == 6100
+    assert round_up_nice(7) == 7
 
 
 def test_files_per_day_by_hand():
     # Windows of 100 and 250 entries with room for 100 per file: 1 + 3 files in 2 hours -> 48 a day.
-    assert core.files_per_day([100, 250], 101, 2 * 3_600_000, windowed=True) == pytest.approx(48)
+    assert files_per_day([100, 250], 101, 2 * 3_600_000, windowed=True) == pytest.approx(48)
     # One sequence of 350 entries in 12 hours: 3.5 files -> 7 a day.
-    assert core.files_per_day([350], 101, 12 * 3_600_000, windowed=False) == pytest.approx(7)
+    assert files_per_day([350], 101, 12 * 3_600_000, windowed=False) == pytest.approx(7)
 
 
 def test_sizing_advice_by_hand():
-    rows = core.sizing_advice([1000, 3000], 2 * 3_600_000, True, 1.0, (1000, 2000),
-                              core.SizingTargets(mean_chain=1.5, files_per_day=24, headroom=2))
+    rows = sizing_advice([1000, 3000], 2 * 3_600_000, True, 1.0, (1000, 2000),
+                              SizingTargets(mean_chain=1.5, files_per_day=24, headroom=2))
     built, advised, default = rows
     assert [r["scenario"] for r in rows] == ["as built", "advised", "broker default"]
     # As built: the fullest window (3000) fills a file of 1999 and rolls over: 1 + 2 files in 2 h.
@@ -280,30 +282,30 @@ def test_sizing_advice_by_hand():
 
 def test_sizing_aims_at_what_windows_allow():
     # Ten-minute windows make 144 files a day at the least: a target of 24 cannot be met.
-    rows = core.sizing_advice([100] * 6, 3_600_000, True, 1.0, (100, 200), core.SizingTargets(files_per_day=24))
+    rows = sizing_advice([100] * 6, 3_600_000, True, 1.0, (100, 200), SizingTargets(files_per_day=24))
     assert "one file per window" in rows[1]["note"]
     assert rows[1]["predicted_files_per_day"] == pytest.approx(144)
 
 
 def test_sizing_targets_are_validated():
     with pytest.raises(ConfigError):
-        core.SizingTargets(mean_chain=0.5)
+        SizingTargets(mean_chain=0.5)
     with pytest.raises(ConfigError):
-        core.SizingTargets(headroom=0.5)
+        SizingTargets(headroom=0.5)
 
 
 def test_auto_bucket():
     assert core.auto_bucket_ms(6 * 3_600_000) == 300_000  # 72 five-minute buckets
     assert core.auto_bucket_ms(24 * 3_600_000) == 900_000
     assert core.auto_bucket_ms(1) == 60_000
-    assert math.isclose(core.MS_PER_DAY, 86_400_000)
+    assert math.isclose(MS_PER_DAY, 86_400_000)
 
 
 def test_merge_of_partials_by_hand():
     # Two files' partials for one hash partition: hash 5 held 3 + 2 times, 9 once, 7 ten million times.
     f1 = (np.array([5, 9], "<i4"), np.array([3, 1], "<i4"))
     f2 = (np.array([5, 7], "<i4"), np.array([2, 10_000_000], "<i4"))
-    k = core.merge_key_counts([f1[0].tobytes(), f2[0].tobytes()], [f1[1].tobytes(), f2[1].tobytes()], top=2)
+    k = merge_key_counts([f1[0].tobytes(), f2[0].tobytes()], [f1[1].tobytes(), f2[1].tobytes()], top=2)
     assert dict(zip(k.multiplicity["entries_per_hash"].tolist(), k.multiplicity["key_hashes"].tolist())) == \
         {1: 1, 5: 1, 10_000_000: 1}
     assert k.top == [{"key_hash": 7, "entries": 10_000_000, "files": 1}, {"key_hash": 5, "entries": 5, "files": 2}]

@@ -1,6 +1,7 @@
-"""The package's shape: Spark stays in rocketidx/spark, the import graph has no cycle, and the pipeline's
-modules import only the stages before them (segments -> messages -> entries -> windows -> indexfile ->
-output -> build). Imports inside functions count: a lazy import is still a dependency."""
+"""The package's shape: one layer per folder, lower layers never import higher ones, no import cycle, and
+Spark stays in rocketidx/spark. Imports inside functions count: a lazy import is still a dependency. The
+package ``rocketidx`` itself (its ``__init__``, the public API) is the top layer, so no module inside it
+may write ``from rocketidx import x``."""
 from __future__ import annotations
 
 import ast
@@ -13,12 +14,52 @@ import pytest
 import rocketidx
 
 PACKAGE = Path(rocketidx.__file__).resolve().parent
-PIPELINE = ["segments", "messages", "entries", "windows", "indexfile", "output", "build"]
+EXTENSIONS = {"rocketidx._native"}  # compiled (rocketidx/_native.c): imports nothing of rocketidx
+
+# Lowest first. A module may import modules of a lower layer, and modules of its own folder; never a
+# higher layer, nor another folder of its own layer. The top-level modules are one folder.
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "layout", "units", "arrays", "storage", "usage", "interrupts", "config"),  # shared pieces
+    ("commitlog",),  # segments, records, message columns, the entries a record dispatches, splits, readers
+    ("index", "consumequeue"),  # the derived files' formats: writer, reader, lookup
+    ("output",),  # manifest, local and remote outputs, commit, opening what a build left
+    ("build", "query"),  # one build path; key queries over a directory
+    ("verify", "stats"),
+    ("backfill",),
+    ("spark",),  # the thin shells over the core, and the rocketmq-commitlog source
+    ("cli",),
+    ("__init__", "__main__"),  # the public API and the console script
+]
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
     parts = ("rocketidx",) + path.relative_to(package).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def folder(module: str) -> str:
+    """The folder a module sits in (``build`` for rocketidx.build.task), ``__init__`` for the package
+    itself, and its own name for a top-level module (which all share one folder, ``""``, for the rule)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__"
+    return parts[1]
+
+
+def layer_of(module: str, package: Path = PACKAGE) -> int | None:
+    name = folder(module)
+    for i, group in enumerate(LAYERS):
+        if name in group:
+            return i
+    return None
+
+
+def same_folder(a: str, b: str, package: Path = PACKAGE) -> bool:
+    fa, fb = folder(a), folder(b)
+    if fa == fb:
+        return True
+    top = set(LAYERS[0])
+    return fa in top and fb in top
 
 
 def imported_names(tree: ast.AST, name: str, is_package: bool) -> set[str]:
@@ -40,15 +81,20 @@ def imported_names(tree: ast.AST, name: str, is_package: bool) -> set[str]:
 
 
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the rocketidx modules it imports, anywhere in its code."""
+    """Module -> the rocketidx modules it imports, anywhere in its code (``rocketidx`` itself included:
+    ``from rocketidx import x`` depends on the package's ``__init__``)."""
     files = {module_name(p, package): p for p in package.rglob("*.py")}
     graph = {}
     for name, path in files.items():
         deps = set()
         for dep in imported_names(ast.parse(path.read_text()), name, path.name == "__init__.py"):
+            if dep in EXTENSIONS or dep.rpartition(".")[0] in EXTENSIONS:
+                continue
+            if dep != "rocketidx" and dep.startswith("rocketidx.") and dep not in files:
+                dep = dep.rpartition(".")[0]  # from a.b import c: c is a name in a.b, not a module
             while dep and dep not in files:
                 dep = dep.rpartition(".")[0]
-            if dep and dep != name and dep != "rocketidx":
+            if dep and dep != name:
                 deps.add(dep)
         graph[name] = deps
     return graph
@@ -81,26 +127,68 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that goes up a layer, or sideways into another folder of the same layer."""
+    out = []
+    for m, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            lm, ld = layer_of(m), layer_of(d)
+            if same_folder(m, d):
+                continue
+            if ld >= lm:
+                out.append(f"{m} (layer {lm}: {folder(m)}) imports {d} (layer {ld}: {folder(d)})")
+    return out
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in import_graph() if layer_of(m) is None] == []
+
+
+def test_every_import_goes_down_a_layer_or_stays_in_its_folder():
+    assert layer_violations(import_graph()) == []
+
+
+def test_no_module_imports_the_package_itself():
+    offenders = [m for m, deps in import_graph().items() if "rocketidx" in deps and m != "rocketidx.__main__"]
+    assert offenders == []
+
+
 def test_rocketidx_has_no_import_cycle():
     assert find_cycle(import_graph()) is None
 
 
-def test_the_cycle_finder_sees_a_lazy_import(tmp_path):
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     pkg = tmp_path / "rocketidx"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "a.py").write_text("from rocketidx import b\n")
-    (pkg / "b.py").write_text("def f():\n    from rocketidx.a import x\n")
+    for rel, text in {"__init__.py": "", **files}.items():
+        p = pkg / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return pkg
+
+
+def test_the_cycle_finder_sees_a_lazy_import(tmp_path):
+    pkg = _package(tmp_path, {"a.py": "from rocketidx import b\n", "b.py": "def f():\n    from rocketidx.a import x\n"})
     assert find_cycle(import_graph(pkg)) == ["rocketidx.a", "rocketidx.b", "rocketidx.a"]
     (pkg / "b.py").write_text("def f():\n    import rocketidx.errors\n")
     assert find_cycle(import_graph(pkg)) is None
 
 
-def test_pipeline_modules_import_only_earlier_stages():
-    graph = import_graph()
-    rank = {f"rocketidx.{m}": i for i, m in enumerate(PIPELINE)}
-    upward = [(m, d) for m, deps in graph.items() if m in rank for d in deps if d in rank and rank[d] > rank[m]]
-    assert upward == []
+def test_the_layer_rule_catches_an_upward_and_a_sideways_import(tmp_path):
+    pkg = _package(tmp_path, {
+        "errors.py": "",
+        "commitlog/__init__.py": "", "commitlog/records.py": "from rocketidx.errors import E\n",
+        "index/__init__.py": "", "index/writer.py": "from rocketidx.commitlog.records import r\n",
+        "build/__init__.py": "", "build/task.py": "from rocketidx.index.writer import w\n",
+        "query/__init__.py": "", "query/lookup.py": "",
+    })
+    assert layer_violations(import_graph(pkg)) == []
+    (pkg / "commitlog/records.py").write_text("def f():\n    from rocketidx.index.writer import w\n")
+    (pkg / "build/task.py").write_text("import rocketidx.query.lookup as q\n")
+    assert layer_violations(import_graph(pkg)) == [
+        "rocketidx.build.task (layer 4: build) imports rocketidx.query.lookup (layer 4: query)",
+        "rocketidx.commitlog.records (layer 1: commitlog) imports rocketidx.index.writer (layer 2: index)"]
+    (pkg / "commitlog/records.py").write_text("from rocketidx import errors\n")
+    assert "rocketidx.commitlog.records" in [m for m, d in import_graph(pkg).items() if "rocketidx" in d]
 
 
 def test_only_rocketidx_spark_imports_pyspark():

@@ -13,11 +13,11 @@ import pytest
 
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
-from rocketidx import layout as L
-from rocketidx.backfill import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
+from rocketidx.backfill.store import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
 from rocketidx.cli import main
 from rocketidx.errors import StoreLayoutError, StoreLockedError
-from rocketidx.query import open_index, query_offsets
+import rocketidx.layout as L
+from rocketidx.query.lookup import open_index, query_offsets
 
 def test_crashed_broker_store_is_backfilled_and_answers_like_a_full_rebuild(tmp_path):
     store, files = broker_store(tmp_path, 12000)
@@ -164,7 +164,7 @@ def test_a_backfill_stopped_at_any_step_of_its_install_is_rolled_back_by_the_nex
     checkpoint; stopped after any ``die_at`` of them, no file is lost (each is in index/ or the backup,
     byte for byte), and the next run rolls the install back, then ends exactly where an uninterrupted
     backfill ends (same index/ bytes, same checkpoint)."""
-    import rocketidx.backfill as bf
+    import rocketidx.backfill.store as bf
     store, files = broker_store(tmp_path, 12000)
     crash(store, files, keep=5, deleted=2)
     damaged = store / "index" / files[5]["name"]  # a damaged file too, so the install replaces a file

@@ -13,13 +13,13 @@ import pytest
 
 from scenarios import BAD, BASIC, GOOD_AFTER, SCENARIOS, Scenario, Seg, lay_segment, write_segments
 from rocketidx import cli
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.columns import MESSAGE_SCHEMA
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, RocketIdxError, StoreLayoutError
-from rocketidx.messages import MESSAGE_SCHEMA
-from rocketidx.query import open_index
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader
+from rocketidx.query.lookup import open_index
 
 SMALL = BuildConfig(hash_slot_num=11, index_num=8, window_ms=0, timezone="UTC")
 
@@ -349,7 +349,8 @@ def test_a_chain_cycle_in_a_corrupt_index_file_does_not_hang_a_query(tmp_path):
 
     import numpy as np
 
-    from rocketidx.indexfile import IndexFile, WindowWriter
+    from rocketidx.index.reader import IndexFile
+    from rocketidx.index.writer import WindowWriter
     w = WindowWriter(tmp_path, 0, 0, 7, 10)
     w.add(np.array([1, 2, 3]), np.array([3, 10, 17]), np.array([1_700_000_000_000] * 3))  # one slot: 3
     [info] = w.close()

@@ -10,10 +10,10 @@ import shutil
 import pytest
 
 from rocketidx.cli import main
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.messages import scan_records
-from rocketidx.segments import list_segments, open_segment
-from rocketidx import layout as L
+from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.commitlog.records import scan_records
+from rocketidx.commitlog.segments import list_segments, open_segment
+import rocketidx.layout as L
 
 SIZES = ["--hash-slots", "101", "--index-num", "400", "--timezone", "UTC"]
 

@@ -43,8 +43,8 @@ def _queries(store: Path, tmp: Path) -> Path:
     """Lines asking for keys that are in the log, so --show prints messages."""
     import json
 
-    from rocketidx.segments import list_segments
-    from rocketidx.splits import read_segment
+    from rocketidx.commitlog.segments import list_segments
+    from rocketidx.commitlog.readers import read_segment
     batch, _ = read_segment(list_segments(store)[0], end=1 << 16)
     f = tmp / "q.jsonl"
     f.write_text("\n".join(json.dumps({"topic": r["topic"], "key": r["uniq_key"]}) for r in batch.to_pylist()))

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.cli import main
+from rocketidx.commitlog.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.output import read_manifest
-from rocketidx.verify import BuildRead, open_for_verify, verify_index, VerifyReport
+from rocketidx.output.target import read_manifest
+from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
+from rocketidx.verify.report import VerifyReport
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scenarios import BASIC, lay_segment, props, write_segments  # noqa: E402

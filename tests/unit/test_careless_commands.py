@@ -218,7 +218,7 @@ def test_a_slice_reads_a_whole_builds_time_index_from_its_own_output(store, whol
 @pytest.fixture
 def own_signal_handlers():
     """A job's main() installs its SIGINT/SIGTERM handlers in this process: pytest gets its own back."""
-    from rocketidx import interrupts
+    import rocketidx.interrupts as interrupts
     yield
     interrupts.uninstall()
 

@@ -11,8 +11,8 @@ import pytest
 
 from refdata import GOLDEN_CASES, load_case
 
-from rocketidx.backfill import run_backfill
-from rocketidx.build import build_index
+from rocketidx.backfill.store import run_backfill
+from rocketidx.build.local import build_index
 from rocketidx.config import BuildConfig
 
 

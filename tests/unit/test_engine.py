@@ -4,6 +4,7 @@ does (offset and time ranges run as the direct plan's one task)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,13 +12,13 @@ from refdata import GOLDEN_CASES
 from splitread import core_read
 
 from rocketidx import cli
+from rocketidx.build.engine import DEFAULT_BREAK_EVEN, IN_PROCESS, SPARK, choose_engine, data_bytes
+from rocketidx.build.local import build_index_range
+from rocketidx.commitlog.entries import extract_entries
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.direct import build_index_range
-from rocketidx.entries import extract_entries
-from rocketidx.engine import DEFAULT_BREAK_EVEN, IN_PROCESS, SPARK, choose_engine, data_bytes
 from rocketidx.errors import ConfigError
-from rocketidx.indexfile import IndexFile
-from rocketidx.segments import list_segments
+from rocketidx.index.reader import IndexFile
 from rocketidx.spark.session import load_spark_settings
 
 
@@ -47,7 +48,7 @@ def test_spark_submit_always_means_spark(monkeypatch):
 
 
 def test_the_break_even_is_a_documented_default_in_conf():
-    settings = load_spark_settings(cli.__file__.replace("rocketidx/cli.py", "conf/spark.json"))
+    settings = load_spark_settings(Path(__file__).resolve().parents[2] / "conf" / "spark.json")
     assert settings.break_even == DEFAULT_BREAK_EVEN == int(8.5 * 1024**3)  # what make bench measured
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from scenarios import SCENARIOS, java_index_keys, java_key_hash, walk_segment
 from rocketidx import cli
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError, StoreLockedError
-from rocketidx.query import open_index, query_offsets
+from rocketidx.query.lookup import open_index, query_offsets
 
 GEN_ARGS = ["--messages", "600", "--segment-bytes", "16384", "--body-bytes", "120", "--topics", "3",
             "--keys-per-message", "3", "--span", "6h", "--seed", "11"]

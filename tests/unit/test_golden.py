@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from refdata import EXTERNAL, expected_files, expected_manifest, golden_params, load_case
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.columns import parse_properties
+from rocketidx.commitlog.entries import extract_entry_keys
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.entries import extract_entry_keys
-from rocketidx.messages import parse_properties
-from rocketidx.query import open_index, query_offsets
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader
+from rocketidx.query.lookup import open_index, query_offsets
 
 TRAN_TYPES = {0: "not", 4: "prepared", 8: "commit", 12: "rollback"}
 
@@ -23,7 +23,7 @@ TRAN_TYPES = {0: "not", 4: "prepared", 8: "commit", 12: "rollback"}
 @pytest.fixture(params=[pytest.param(True, id="native"), pytest.param(False, id="numpy")])
 def native(request):
     """Both read paths: the compiled kernel and the numpy reference must agree with RocketMQ."""
-    from rocketidx.native import native_available
+    from rocketidx.commitlog.native import native_available
     if request.param and not native_available():
         pytest.skip("rocketidx._native is not built")
     return request.param

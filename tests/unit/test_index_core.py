@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rocketidx.keys import hash_to_key_hash, java_string_hash_py, key_hash_py, slot_of
+from rocketidx.commitlog.keys import hash_to_key_hash, java_string_hash_py, key_hash_py, slot_of
 
 INT_MIN = -2**31
 
@@ -51,7 +51,7 @@ def _index_file(path, hash_slot_num=3, index_num=6, items=((7, 100, 0, 0), (8, 1
 
 
 def test_items_come_in_chunks_with_their_first_index(tmp_path):
-    from rocketidx.indexfile import FileRef, iter_items, read_item_fields
+    from rocketidx.index.reader import FileRef, iter_items, read_item_fields
     path = _index_file(tmp_path / "f")
     chunks = list(iter_items(path, 3, 1, 4, chunk=2))
     assert [a for a, _ in chunks] == [1, 3]
@@ -66,7 +66,7 @@ def test_items_come_in_chunks_with_their_first_index(tmp_path):
 
 def test_a_file_cut_short_names_the_file_and_the_byte_where_it_ends(tmp_path):
     from rocketidx.errors import CorruptIndexError
-    from rocketidx.indexfile import iter_items, iter_slots
+    from rocketidx.index.reader import iter_items, iter_slots
     path = _index_file(tmp_path / "f")
     items_at = 40 + 4 * 3
     with open(path, "r+b") as f:
@@ -92,14 +92,14 @@ def _manifest_row(name, **kw):
 
 
 def test_sizes_come_from_the_argument_first(tmp_path):
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     _index_file(tmp_path / "20240101000000000", items=FULL)
     d = open_index_dir(tmp_path, 3, 6)
     assert (d.hash_slot_num, d.index_num, d.hash_slot_num_from, d.index_num_from) == (3, 6, "argument", "argument")
 
 
 def test_a_bare_directory_s_sizes_come_from_its_files_then_the_defaults(tmp_path):
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     from rocketidx.layout import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM
     full, part = tmp_path / "full", tmp_path / "part"
     full.mkdir(), part.mkdir()
@@ -117,7 +117,7 @@ def test_a_bare_directory_s_sizes_come_from_its_files_then_the_defaults(tmp_path
 def test_a_build_output_s_sizes_and_files_come_from_its_manifest(tmp_path):
     import json
 
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     out = tmp_path / "out"
     (out / "index").mkdir(parents=True)
     for name in ("20240101000000000", "20240101010000000", "20231231000000000"):
@@ -137,7 +137,7 @@ def test_a_build_output_s_sizes_and_files_come_from_its_manifest(tmp_path):
 
 
 def test_a_bare_directory_lists_its_files_in_name_order_without_dot_files(tmp_path):
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     for name in ("20240102000000000", "20240101000000000", ".20240101000000000.swp"):
         _index_file(tmp_path / name)
     (tmp_path / "sub").mkdir()
@@ -146,7 +146,7 @@ def test_a_bare_directory_lists_its_files_in_name_order_without_dot_files(tmp_pa
 
 def test_no_directory_is_a_typed_error_unless_missing_is_allowed(tmp_path):
     from rocketidx.errors import StoreLayoutError
-    from rocketidx.indexfile import open_index_dir
+    from rocketidx.output.open import open_index_dir
     with pytest.raises(StoreLayoutError, match="none: no such directory"):
         open_index_dir(tmp_path / "none")
     (tmp_path / "file").write_bytes(b"x")
@@ -161,10 +161,10 @@ def test_no_directory_is_a_typed_error_unless_missing_is_allowed(tmp_path):
 def test_the_manifest_round_trips_byte_for_byte(tmp_path):
     import json
 
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.manifest import Manifest
-    from rocketidx.output import open_manifest, read_manifest
+    from rocketidx.output.manifest import Manifest
+    from rocketidx.output.target import open_manifest, read_manifest
     from refdata import GOLDEN_CASES
     case = GOLDEN_CASES[0]  # tests/reference/golden is in the repository
     returned, _ = build_index(case / "commitlog", tmp_path / "out", BuildConfig(hash_slot_num=64, index_num=256,
@@ -181,7 +181,7 @@ def test_the_manifest_round_trips_byte_for_byte(tmp_path):
 
 
 def test_a_header_the_manifest_does_not_know_is_kept_as_written():
-    from rocketidx.manifest import Manifest, ManifestFile
+    from rocketidx.output.manifest import Manifest, ManifestFile
     row = ManifestFile(**_manifest_row("a"))
     m = Manifest.build({"version": 1, "filters": {"from_offset": 5}, "zeta": [1, 2]}, [row])
     again = Manifest.from_json(m.to_json())
@@ -195,7 +195,7 @@ def test_a_header_the_manifest_does_not_know_is_kept_as_written():
                                        ('{"files": [{"name": "a"}]}', "files\\[0\\]")])
 def test_a_malformed_manifest_is_a_typed_error_naming_it(tmp_path, text, why):
     from rocketidx.errors import StoreLayoutError
-    from rocketidx.manifest import Manifest
+    from rocketidx.output.manifest import Manifest
     (tmp_path / "_manifest.json").write_text(text)
     with pytest.raises(StoreLayoutError, match=why) as e:
         Manifest.read(tmp_path)
@@ -211,7 +211,7 @@ def test_pack_spreads_sizes_over_groups_largest_first():
 
 def test_a_writer_without_room_for_an_entry_is_a_config_error(tmp_path):
     from rocketidx.errors import ConfigError
-    from rocketidx.indexfile import WindowWriter
+    from rocketidx.index.writer import WindowWriter
     for slots, items in ((0, 10), (7, 1)):
         with pytest.raises(ConfigError):
             WindowWriter(tmp_path, 0, 0, slots, items)
@@ -222,7 +222,7 @@ def test_the_zero_scan_reads_every_byte_where_seek_data_is_missing(tmp_path, mon
     import errno
     import os
 
-    from rocketidx import storage
+    import rocketidx.storage as storage
     p = tmp_path / "f"
     p.write_bytes(bytes(5000) + b"\x01" + bytes(100))
     assert storage.first_nonzero(str(p), 0, 5101) == 5000

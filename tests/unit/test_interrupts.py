@@ -69,7 +69,7 @@ def versions(out: Path) -> tuple[str, list[str]]:
                          ids=["ctrl-c-to-the-group", "sigint", "sigterm"])
 def test_an_interrupt_while_reading_ends_with_one_line_and_130(store, out, sig, group):
     before = versions(out)
-    r = interrupted_build(store, out, "rocketidx.build:WindowSet.add", sig, group)
+    r = interrupted_build(store, out, "rocketidx.build.write:WindowSet.add", sig, group)
     assert r.returncode == 130, r.stderr
     assert r.stderr.splitlines() == [f"rocketidx build: interrupted ({sig}); the previous output is unchanged"]
     assert r.stdout == ""
@@ -78,7 +78,7 @@ def test_an_interrupt_while_reading_ends_with_one_line_and_130(store, out, sig, 
 
 def test_an_interrupt_during_the_commit_finishes_it_and_says_so(store, out):
     old, _ = versions(out)
-    r = interrupted_build(store, out, "rocketidx.output:_commit", "SIGINT", True)
+    r = interrupted_build(store, out, "rocketidx.output.local:_commit", "SIGINT", True)
     assert r.returncode == 130, r.stderr
     assert r.stderr.splitlines() == ["rocketidx build: interrupted (SIGINT) during the commit, which was finished: "
                                      "the output holds the new build"]
@@ -91,14 +91,14 @@ def test_an_interrupt_during_the_commit_finishes_it_and_says_so(store, out):
 
 def test_an_interrupt_before_the_first_commit_leaves_no_output(store, tmp_path):
     out = tmp_path / "fresh"
-    r = interrupted_build(store, out, "rocketidx.build:WindowSet.add", "SIGTERM")
+    r = interrupted_build(store, out, "rocketidx.build.write:WindowSet.add", "SIGTERM")
     assert r.returncode == 130 and len(r.stderr.splitlines()) == 1
     assert not out.exists()
 
 
 def test_an_interrupt_of_a_range_build_leaves_the_previous_output(store, out):
     before = versions(out)
-    r = interrupted_build(store, out, "rocketidx.direct:run_task", "SIGINT", True, "--from-time", "1700000000000")
+    r = interrupted_build(store, out, "rocketidx.build.direct:run_task", "SIGINT", True, "--from-time", "1700000000000")
     assert r.returncode == 130 and len(r.stderr.splitlines()) == 1, r.stderr
     assert versions(out) == before
 
@@ -113,12 +113,12 @@ def test_the_handler_is_in_place_before_the_heavy_imports():
 
 def test_an_interrupt_is_the_process_own_exit_status_not_a_signal_death(store, out):
     """A parent's subprocess sees 130 (the process exited), not -2 (killed by the signal)."""
-    r = interrupted_build(store, out, "rocketidx.build:WindowSet.add", "SIGINT")
+    r = interrupted_build(store, out, "rocketidx.build.write:WindowSet.add", "SIGINT")
     assert r.returncode == 130
 
 
 def test_a_second_signal_during_the_cleanup_is_ignored():
-    from rocketidx import interrupts
+    import rocketidx.interrupts as interrupts
     try:
         interrupts.install()
         with pytest.raises(interrupts.Interrupted):

@@ -15,13 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scenarios import SCENARIOS, java_hash, string_with_hash
-from rocketidx import layout as L
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.indexfile import IndexFile, WindowWriter, query_offsets
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader
-from rocketidx.windows import assign_file_names, render_name
+from rocketidx.index.lookup import query_offsets
+from rocketidx.index.reader import IndexFile
+from rocketidx.index.windows import assign_file_names, render_name
+from rocketidx.index.writer import WindowWriter
+import rocketidx.layout as L
 
 T = 1_700_000_000_000
 

@@ -14,9 +14,9 @@ import pytest
 
 from rocketidx.cli import main
 from rocketidx.errors import IndexLogMismatchError
-from rocketidx.logmatch import match_log, require_index_of_log, sample_positions
-from rocketidx.query import open_index
-from rocketidx.stats_local import index_stats_local
+from rocketidx.query.logmatch import match_log, require_index_of_log, sample_positions
+from rocketidx.query.lookup import open_index
+from rocketidx.stats.local import index_stats_local
 
 SIZES = ["--hash-slots", "4096", "--index-num", "8192"]
 MORE = re.compile(r"\.\.\. and (\d+) more$")

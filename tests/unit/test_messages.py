@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from scenarios import BAD, KNOWN_TEXT_BUGS, SCENARIOS, VALID, java_key_hash, java_properties
-from rocketidx.entries import entries_from_records, extract_entries, extract_entry_keys
-from rocketidx.messages import MESSAGE_SCHEMA, parse_properties
-from rocketidx.segments import Segment, SegmentRange, list_segments
-from rocketidx.splits import CommitLogReader, RangeReader, read_segment
+from rocketidx.commitlog.columns import MESSAGE_SCHEMA, parse_properties
+from rocketidx.commitlog.entries import entries_from_records, extract_entries, extract_entry_keys
+from rocketidx.commitlog.readers import CommitLogReader, RangeReader, read_segment
+from rocketidx.commitlog.segments import Segment, SegmentRange, list_segments
 
 ALL = VALID + BAD
 # The same names, with a strict xfail on the scenarios whose decoded text the core gets wrong.

@@ -1,7 +1,7 @@
 """Build outputs without a JVM: the local layout and the ``OUT/CURRENT`` layout on any filesystem pyarrow.fs
 opens, behind one interface (lock, staging, task files, commit, discard).
 
-:class:`rocketidx.output.RemoteOutput` runs on the test S3 server (tests/s3server.py: no renames, a
+:class:`rocketidx.output.remote.RemoteOutput` runs on the test S3 server (tests/s3server.py: no renames, a
 PUT replaces an object whole) and on pyarrow's LocalFileSystem (a filesystem with renames, as HDFS has):
 the commit names files as the local commit does, a second commit replaces the first and keeps it for
 its readers until the next build starts, a held lock or a failed commit leaves the previous output
@@ -16,13 +16,15 @@ from datetime import timezone
 import pyarrow.fs as pafs
 import pytest
 
-import rocketidx.output as output
-from rocketidx import storage
 from rocketidx.errors import StoreLayoutError, StoreLockedError
-from rocketidx.indexfile import FileInfo, Header
-from rocketidx.output import (CURRENT_FILE, INDEX_DIR, LOCK, MANIFEST, SUCCESS, LocalOutput, RemoteOutput, TaskFiles,
-                              commit, new_staging, open_output, read_manifest, read_manifest_uri)
-from rocketidx.paths import join_uri
+from rocketidx.index.reader import Header
+from rocketidx.index.writer import FileInfo
+from rocketidx.output.local import CURRENT_FILE, INDEX_DIR, LOCK, MANIFEST, SUCCESS, LocalOutput, commit, new_staging
+from rocketidx.output.remote import RemoteOutput, read_manifest_uri
+import rocketidx.output.remote as remote_output
+from rocketidx.output.target import TaskFiles, open_output, read_manifest
+from rocketidx.storage import join_uri
+import rocketidx.storage as storage
 
 HOUR_MS = 3_600_000
 UTC = timezone.utc
@@ -171,7 +173,7 @@ def test_a_build_that_loses_the_lock_race_stops_and_leaves_the_winners_lock(remo
     def overwritten_meanwhile(seconds):
         with remote.fs.open_output_stream(remote.path(LOCK)) as f:
             f.write(json.dumps(winner).encode())
-    monkeypatch.setattr(output.time, "sleep", overwritten_meanwhile)
+    monkeypatch.setattr(remote_output.time, "sleep", overwritten_meanwhile)
     with pytest.raises(StoreLockedError, match="held by elsewhere pid 7"):
         with remote.lock():
             pass  # pragma: no cover
@@ -179,7 +181,7 @@ def test_a_build_that_loses_the_lock_race_stops_and_leaves_the_winners_lock(remo
 
 
 def test_current_is_one_put_on_an_object_store(remote, monkeypatch):
-    monkeypatch.setattr(output, "PUT_ATOMIC", frozenset({remote.fs.type_name}))
+    monkeypatch.setattr(remote_output, "PUT_ATOMIC", frozenset({remote.fs.type_name}))
     moves = []
     monkeypatch.setattr(RemoteOutput, "move", lambda self, src, dst: moves.append(src) or self.fs.move(src, dst))
     with remote.lock(settle_s=0):

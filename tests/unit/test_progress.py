@@ -1,4 +1,4 @@
-"""The progress line (rocketidx.progress): on a terminal only, never with --json, erased at the end; the
+"""The progress line (rocketidx.cli.progress): on a terminal only, never with --json, erased at the end; the
 in-process build drives it through build_index's ``progress`` hook, Spark through the status tracker."""
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from rocketidx import cli, progress
-from rocketidx.progress import ERASE, ProgressLine, spark_progress, spark_tasks
+from rocketidx import cli
+from rocketidx.cli import progress
+from rocketidx.cli.progress import ERASE, ProgressLine, spark_progress, spark_tasks
 
 
 class Terminal(io.StringIO):
@@ -63,7 +64,7 @@ def test_an_in_process_build_shows_bytes_read_on_a_terminal_and_nothing_with_jso
     tty = Terminal()
     monkeypatch.setattr("sys.stderr", tty)
     hook_calls = []
-    from rocketidx import build as build_mod
+    from rocketidx.build import local as build_mod
     real = build_mod.build_index
 
     def spy(*args, progress=None, **kw):
@@ -87,7 +88,7 @@ def test_an_in_process_build_shows_bytes_read_on_a_terminal_and_nothing_with_jso
 
 def test_reader_progress_counts_bytes_within_a_segment(tmp_path):
     """The hook sees where the last batch ended, not only whole segments: a one-segment log moves too."""
-    from rocketidx.build import build_index
+    from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
     assert cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "3000"]) == 0
     seen = []

@@ -23,16 +23,19 @@ from hypothesis import strategies as st
 
 from refdata import GOLDEN
 from scenarios import Rec, java_hash, java_key_hash, lay_segment, props, string_with_hash
-from rocketidx import keys
-from rocketidx.build import WindowSet, build_index
+from rocketidx.build.local import build_index
+from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
+from rocketidx.commitlog import keys
+from rocketidx.commitlog.columns import MESSAGE_SCHEMA
+from rocketidx.commitlog.entries import entries_from_records, extract_entries
+from rocketidx.commitlog.native import native_available
+from rocketidx.commitlog.readers import CommitLogReader, RangeReader
+from rocketidx.commitlog.segments import Segment, SegmentRange, list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.entries import entries_from_records, extract_entries
 from rocketidx.errors import RocketIdxError
-from rocketidx.indexfile import IndexFile, WindowWriter, query_offsets
-from rocketidx.messages import MESSAGE_SCHEMA
-from rocketidx.native import native_available
-from rocketidx.segments import Segment, SegmentRange, list_segments
-from rocketidx.splits import CommitLogReader, RangeReader
+from rocketidx.index.lookup import query_offsets
+from rocketidx.index.reader import IndexFile
+from rocketidx.index.writer import WindowWriter
 
 NATIVES = [False, True] if native_available() else [False]
 INT_MIN, INT_MAX = -2**31, 2**31 - 1
@@ -334,15 +337,13 @@ def test_window_set_keeps_every_window_equal_to_the_model_when_suspending(data, 
     entries = data.draw(entry_stream(max_len=50), label="entries")
     windows = data.draw(st.lists(st.integers(0, 3), min_size=len(entries), max_size=len(entries)), label="w")
     cuts = split_points(data.draw, len(entries))
-    cfg = BuildConfig(hash_slot_num=hash_slot_num, index_num=index_num, window_ms=60_000, timezone="UTC")
+    sizes = WriterSizes(hash_slot_num=hash_slot_num, index_num=index_num, window_ms=60_000)
     with tempfile.TemporaryDirectory() as d:
-        ws = WindowSet(d, cfg, max_open=max_open)
         bounds = [0] + cuts + [len(entries)]
-        for a, b in zip(bounds, bounds[1:]):
-            ws.add(np.array(windows[a:b], np.int64), np.array([e[1] for e in entries[a:b]], np.int64),
-                   np.array([e[0] for e in entries[a:b]], np.int64),
-                   np.array([e[2] for e in entries[a:b]], np.int64))
-        infos = ws.close()
+        batches = [EntryBatch(np.array(windows[a:b], np.int64), np.array([e[1] for e in entries[a:b]], np.int64),
+                              np.array([e[0] for e in entries[a:b]], np.int64),
+                              np.array([e[2] for e in entries[a:b]], np.int64)) for a, b in zip(bounds, bounds[1:])]
+        infos = [f for w in write_windows(batches, d, sizes, max_open=max_open) for f in w.files]
         for w in sorted(set(windows)):
             mine = [e for e, x in zip(entries, windows) if x == w]
             model, _ = model_window(mine, hash_slot_num, index_num)
@@ -370,13 +371,13 @@ def keyed_stream(draw, max_len=40):
 
 
 def write_and_open(directory: str, stream, windows, hash_slot_num, index_num, window_ms=60_000):
-    """Write through WindowSet; return the IndexFiles oldest first and the model files, same order."""
-    cfg = BuildConfig(hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms, timezone="UTC")
-    ws = WindowSet(directory, cfg, max_open=2)
+    """Write through write_windows; return the IndexFiles oldest first and the model files, same order."""
+    sizes = WriterSizes(hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms)
     kh = [java_key_hash(f"T#{k}") for k, _, _ in stream]
-    ws.add(np.array(windows, np.int64), np.array([e[1] for e in stream], np.int64), np.array(kh, np.int64),
-           np.array([e[2] for e in stream], np.int64))
-    infos = sorted(ws.close(), key=lambda i: (i.window_id, i.seq))
+    batch = EntryBatch(np.array(windows, np.int64), np.array([e[1] for e in stream], np.int64),
+                       np.array(kh, np.int64), np.array([e[2] for e in stream], np.int64))
+    infos = sorted((f for w in write_windows([batch], directory, sizes, max_open=2) for f in w.files),
+                   key=lambda i: (i.window_id, i.seq))
     files = [IndexFile(Path(directory, i.name), hash_slot_num, index_num) for i in infos]
     model = []
     for w in sorted(set(windows)):

@@ -7,12 +7,12 @@ import shutil
 import pytest
 
 from refdata import GOLDEN
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.cli import main
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
-from rocketidx.query import message_has_key, read_messages_at
-from rocketidx.segments import list_segments
-from rocketidx.splits import CommitLogReader
+from rocketidx.query.lookup import message_has_key, read_messages_at
 
 G2 = GOLDEN / "g2-unicode-collisions-v2-ipv6"
 
@@ -160,7 +160,7 @@ def test_show_without_a_commitlog_is_a_usage_error(tmp_path, capsys):
 def test_a_bare_broker_index_is_opened_with_the_sizes_its_files_tell(tmp_path):
     """No manifest and no flags: a full file gives indexNum, the file size the slots; verify agrees."""
     from brokerstore import ITEMS, SLOTS, broker_store
-    from rocketidx.query import open_index
+    from rocketidx.query.lookup import open_index
     store, files = broker_store(tmp_path, 6000)
     opened = open_index(store / "index")
     assert [(f.hash_slot_num, f.index_num) for f in opened] == [(SLOTS, ITEMS)] * len(files)
@@ -172,7 +172,7 @@ def test_a_bare_directory_of_junk_is_a_clear_size_error(tmp_path, content, capsy
     """Files that tell no sizes fall back to the broker defaults, which they do not fit: a typed error
     naming the file, exit code 2, no traceback."""
     from rocketidx.errors import CorruptIndexError
-    from rocketidx.query import open_index
+    from rocketidx.query.lookup import open_index
     (tmp_path / "20240101000000000").write_bytes(content)
     with pytest.raises(CorruptIndexError, match="20240101000000000"):
         open_index(tmp_path)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 
-from rocketidx.build import build_index
-from rocketidx.direct import build_index_range
+from rocketidx.build.local import build_index
+from rocketidx.build.local import build_index_range
+from rocketidx.commitlog.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.query import open_index, query_offsets
+from rocketidx.query.lookup import open_index, query_offsets
 from splitread import core_read
 
 START = 1_700_000_000_000

@@ -15,14 +15,16 @@ import pytest
 from s3server import assert_golden_output, committed_files
 from refdata import GOLDEN_CASES, case_config, expected_files, expected_queries, golden_params
 
-from rocketidx import storage
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError, StoreLockedError
-from rocketidx.manifest import INDEX_DIR, MANIFEST
-from rocketidx.output import CURRENT_FILE, RemoteOutput, read_manifest
-from rocketidx.query import open_index, query_offsets
+from rocketidx.output.local import CURRENT_FILE
+from rocketidx.output.manifest import INDEX_DIR, MANIFEST
+from rocketidx.output.remote import RemoteOutput
+from rocketidx.output.target import read_manifest
+from rocketidx.query.lookup import open_index, query_offsets
+import rocketidx.storage as storage
 
 
 @pytest.fixture
@@ -208,7 +210,7 @@ def test_two_builds_racing_for_one_remote_output_never_both_commit(s3_server):
     commitlog, out = f"s3://{bucket}/store/commitlog", f"s3://{bucket}/out"
     s3_server.upload_dir(str(case / "commitlog"), commitlog)
     cfg = case_config(case)
-    cmd = [sys.executable, "-m", "rocketidx.cli", "build", "--commitlog", commitlog, "--out", out, "--in-process",
+    cmd = [sys.executable, "-m", "rocketidx", "build", "--commitlog", commitlog, "--out", out, "--in-process",
            "--hash-slots", str(cfg.hash_slot_num), "--index-num", str(cfg.index_num), "--window", str(cfg.window_ms),
            "--timezone", "UTC"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]

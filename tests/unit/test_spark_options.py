@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rocketidx.errors import ConfigError
-from rocketidx.spark.source import SourceOptions, parse_size, parse_time_ms
+from rocketidx.spark.sources.commitlog import SourceOptions, parse_size, parse_time_ms
 
 
 @pytest.mark.parametrize("options, option", [

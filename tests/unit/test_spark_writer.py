@@ -10,10 +10,10 @@ import pytest
 
 from refdata import GOLDEN, load_case
 
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
-from rocketidx.spark.source import SourceOptions, plan_partitions, read_split
+from rocketidx.spark.sources.commitlog import SourceOptions, plan_partitions, read_split
 from rocketidx.spark.writer import WriterParams, write_partition
 
 G1 = GOLDEN / "g1-basic-hourly"

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 from refdata import GOLDEN
 from scenarios import (BASIC, IPV6_BORN, IPV6_STORE, MAGIC_V2, SCENARIOS, Expect, Rec, Scenario, Seg,
                        lay_segment, props)
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.native import native_available
-from rocketidx.segments import Segment, SegmentRange, list_segments
-from rocketidx.splits import RangeReader
+from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.commitlog.native import native_available
+from rocketidx.commitlog.readers import RangeReader
+from rocketidx.commitlog.segments import Segment, SegmentRange, list_segments
 
 GOLDEN_SEGMENTS = sorted(str(p) for p in GOLDEN.glob("*/commitlog/*"))
 NATIVES = [False, True] if native_available() else [False]

@@ -1,6 +1,6 @@
 """Splits stitched by ``resolve_stops`` read exactly what the broker's recovery reads (the core, no JVM).
 
-Each split is read on its own by :func:`rocketidx.splits.read_split`, as a Spark task does; the stops of all splits then decide which records
+Each split is read on its own by :func:`rocketidx.commitlog.readers.read_split`, as a Spark task does; the stops of all splits then decide which records
 count. For every scenario of the shared registry (invalid records, zero tails, blanks, torn records) and
 every golden case, at split sizes that put boundaries inside records, the stitched rows, the final stop,
 the per-segment stops and the bytes read equal the core's sequential reader.
@@ -17,8 +17,8 @@ from refdata import GOLDEN_CASES
 from scenarios import BASIC, SCENARIOS, Rec, Scenario, Seg, lay_segment, props, write_segments
 from splitread import core_read, split_read
 
-from rocketidx.segments import list_segments
-from rocketidx.splits import RangeInfo, SplitSpec, plan_splits, resolve_stops
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.commitlog.splits import RangeInfo, SplitSpec, plan_splits, resolve_stops
 
 SPLITS = [16, 61, 256, 1000, 4096]
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from rocketidx import storage
 from rocketidx.errors import StoreLayoutError
+import rocketidx.storage as storage
 
 
 def test_a_file_uri_is_its_local_path():

@@ -16,15 +16,15 @@ import pytest
 from refdata import GOLDEN_CASES, load_case
 from splitread import core_read, same_build
 
-from rocketidx import layout as L
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
+from rocketidx.build.local import build_index_range
 from rocketidx.cli import main
+from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.commitlog.records import scan_records
+from rocketidx.commitlog.segments import list_segments, open_segment
+from rocketidx.commitlog.timeindex import DIR_NAME, BlockCollector, load, plan_slice, scan_segments
 from rocketidx.config import BuildConfig
-from rocketidx.direct import build_index_range
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.messages import scan_records
-from rocketidx.segments import list_segments, open_segment
-from rocketidx.timeindex import DIR_NAME, BlockCollector, load, plan_slice, scan_segments
+import rocketidx.layout as L
 
 HOUR = 3_600_000
 START = 1_700_000_000_000

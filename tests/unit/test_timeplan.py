@@ -14,16 +14,18 @@ import pytest
 from refdata import GOLDEN_CASES, load_case
 from splitread import same_build
 
-from rocketidx import layout as L
-from rocketidx.build import build_index
+from rocketidx.build.direct import WriterParams, run_task, strays_of
+from rocketidx.build.finish import validate
+from rocketidx.build.local import build_index
+from rocketidx.build.plan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
+from rocketidx.build.results import ranges_of
+from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.commitlog.records import scan_records
+from rocketidx.commitlog.segments import list_segments, open_segment
+from rocketidx.commitlog.splits import SplitSpec, resolve_stops
 from rocketidx.config import BuildConfig
-from rocketidx.direct import WriterParams, run_task, strays_of, validate
-from rocketidx.generate import GenConfig, generate_store
-from rocketidx.manifest import INDEX_DIR
-from rocketidx.messages import scan_records
-from rocketidx.segments import list_segments, open_segment
-from rocketidx.splits import RangeInfo, SplitSpec, resolve_stops
-from rocketidx.timeplan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
+import rocketidx.layout as L
+from rocketidx.output.manifest import INDEX_DIR
 
 
 def _records(segments):
@@ -100,16 +102,16 @@ def _run_all(store, out, config, tasks_wanted):
     spec = SplitSpec()
     tasks = group_ranges(segments, plan_windows(segments, spec, config.window_ms), tasks_wanted)
     params = WriterParams(str(out), config.hash_slot_num, config.index_num, config.window_ms, 0)
-    rows = [r for t in tasks for r in run_task(t, spec, params, f"_tasks/a{t.index}", 0)]
-    positions, windows, count, complete = strays_of(rows)
+    results = [run_task(t, spec, params, f"_tasks/a{t.index}", 0) for t in tasks]
+    positions, windows, count, complete = strays_of(results)
     assert complete
     again = rerun_tasks(tasks, positions, windows, segments) if count else []
-    stale = {f"_tasks/a{t.index}" for t in again}
-    rows = [r for r in rows if r.get("task_dir") not in stale]
-    rows += [r for t in again for r in run_task(t, spec, params, f"_tasks/b{t.index}", 0, report_ranges=False)]
-    resolved = resolve_stops(RangeInfo.from_json(r["info"]) for r in rows if r["kind"] == "range")
-    files, _, _ = validate(rows, resolved, config)
-    return files, count, rows
+    redone = {t.index for t in again}
+    results = [r.without_files() if r.task in redone else r for r in results]
+    results += [run_task(t, spec, params, f"_tasks/b{t.index}", 0, report_ranges=False) for t in again]
+    resolved = resolve_stops(ranges_of(results))
+    files, _, _ = validate(results, resolved, config)
+    return files, count, results
 
 
 def test_strays_are_the_records_a_full_read_finds_outside_their_range(skewed):
@@ -125,13 +127,13 @@ def test_tasks_with_strays_rerun_give_the_in_process_files(skewed, tmp_path, tas
     config = BuildConfig(hash_slot_num=31, index_num=150, window_ms=3_600_000, timezone="UTC")
     build_index(skewed, tmp_path / "core", config)
     core_dir = tmp_path / "core" / INDEX_DIR
-    files, strays, rows = _run_all(skewed, tmp_path / "direct", config, tasks)
+    files, strays, results = _run_all(skewed, tmp_path / "direct", config, tasks)
     if tasks == 7:
         assert strays > 0, "with a task per window, records from a stepped-back clock are strays"
     else:
         assert strays == 0 or tasks > 1
     assert sum(1 for f in files if f.seq > 0) > 0, "some windows hold more entries than one file"
-    task_of = {r["name"]: r["task_dir"] for r in rows if r["kind"] == "file"}
+    task_of = {f.name: r.task_dir for r in results for w in r.windows for f in w.files}
     core = sorted(os.listdir(core_dir))
     assert len(files) == len(core)
     for f, name in zip(sorted(files, key=lambda f: (f.window_id, f.seq)), core):

@@ -11,9 +11,8 @@ from rocketidx import cli
 from rocketidx.config import load_config
 from rocketidx.errors import ConfigError
 from rocketidx.spark.session import load_spark_settings
-from rocketidx.spark.source import SourceOptions
-from rocketidx.units import (parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms, size_arg,
-                             time_arg)
+from rocketidx.spark.sources.commitlog import SourceOptions
+from rocketidx.units import parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms, size_arg, time_arg
 
 
 @pytest.mark.parametrize("text, value", [

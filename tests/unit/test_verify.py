@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from refdata import GOLDEN, golden_params, load_case
-from rocketidx.build import build_index
+from rocketidx.build.local import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
-from rocketidx.verify import VerifyReport, open_for_verify, verify_index
+from rocketidx.verify.core import open_for_verify, verify_index
+from rocketidx.verify.report import VerifyReport
 
 G3 = GOLDEN / "g3-single-window-tiny-files"  # 97 slots, 50 items, many full files
 SLOTS, ITEMS = 97, 50
@@ -212,7 +213,7 @@ def test_cli_exit_codes(damaged, tmp_path, capsys):
 def _judge(items, entries, messages=None, **kw):
     import numpy as np
 
-    from rocketidx.verify import ContentParams, EntryRows, ItemRows, judge_content
+    from rocketidx.verify.content import ContentParams, EntryRows, ItemRows, judge_content
     params = dict(items_at=(1000, 5000), begin_timestamps=(10_000, 0), first_offsets=(100, 400), window_ms=None,
                   window_ids=None, lo=100, hi=500, open_start=False, open_end=False)
     params.update(kw)

@@ -1,0 +1,431 @@
+"""A stopped broker's store -> a plan, then a safe rebuild of the index range the broker lost.
+
+In: ``STORE`` as a broker leaves it (``commitlog/``, ``index/``, ``checkpoint``, ``abort``, ``lock``).
+Out: a :class:`Plan` (printed; all of ``--dry-run``), and, when run, new IndexFiles installed into
+``STORE/index`` with the files they replace moved to ``STORE/index.backup/<UTC time>/`` together with the
+old checkpoint and a ``journal.json`` of every move.
+
+Stays true:
+* nothing is touched while the broker's ``lock`` file is locked (the broker holds a POSIX lock on it, as
+  Java's ``FileChannel.tryLock`` takes on Linux); rocketidx holds that lock itself while it works, so a
+  broker cannot start half way;
+* the files the broker will delete at its next abnormal start (``abort`` present and endTimestamp
+  greater than the checkpoint's indexMsgTimestamp, spec §8), damaged files (failing verification) and
+  every file after the first of those are replaced; the kept files form a clean prefix in name order;
+* the rebuilt range starts at the end of the last kept file (the entries of its last message already in
+  it are not repeated) and runs to the end of the CommitLog; new files get names that sort after every
+  kept file and are verified against the CommitLog before anything moves;
+* files move one atomic rename at a time, old ones to the backup first; the checkpoint's
+  indexMsgTimestamp becomes the newest installed endTimestamp (its other fields untouched, written via a
+  temporary file and a rename), or the broker's next abnormal start would delete the new files again;
+* run on its own result, the plan is empty and nothing changes.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from rocketidx.arrays import unique_sorted
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.config import BuildConfig
+from rocketidx.errors import CorruptIndexError, StoreLayoutError, StoreLockedError
+from rocketidx.index.reader import IndexFile
+import rocketidx.interrupts as interrupts
+import rocketidx.layout as L
+from rocketidx.output.local import fsync_dir as _fsync_dir
+from rocketidx.output.manifest import INDEX_DIR, Manifest, ManifestFile
+from rocketidx.output.open import IndexDir, open_index_dir
+from rocketidx.verify.core import verify_index
+from rocketidx.verify.report import VerifyReport
+
+CHECKPOINT_FIELD = "index_msg_timestamp_ms"
+
+
+@contextmanager
+def broker_lock(store: Path, create: bool = True):
+    """Hold ``STORE/lock`` with both lock kinds; fail at once if another process holds either.
+
+    The broker takes a POSIX record lock (Java's ``FileChannel.tryLock``); tools and scripts often use
+    ``flock``. On Linux the two do not see each other, so both are taken.
+
+    A store without a lock file has no running broker; ``create`` makes one so that a broker started
+    meanwhile finds it held (a dry run creates nothing).
+    """
+    path = store / "lock"
+    if not path.exists() and not create:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise StoreLockedError(str(path), "locked (POSIX lock): a broker is running on this store; stop it "
+                                              "first") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            raise StoreLockedError(str(path), "locked (flock): another process holds this store's lock; stop "
+                                              "it first") from e
+        yield
+    finally:
+        os.close(fd)
+
+
+def read_checkpoint(store: Path) -> dict | None:
+    p = store / "checkpoint"
+    if not p.exists():
+        return None
+    raw = p.read_bytes()
+    if len(raw) < L.CHECKPOINT.itemsize:
+        raise StoreLayoutError(str(p), f"checkpoint is {len(raw)} bytes, expected at least {L.CHECKPOINT.itemsize}")
+    rec = np.frombuffer(raw[:L.CHECKPOINT.itemsize], L.CHECKPOINT)[0]
+    return {name: int(rec[name]) for name in L.CHECKPOINT.names}
+
+
+def write_checkpoint_index_ts(store: Path, index_msg_ts: int) -> None:
+    """Set indexMsgTimestamp (byte 16) and nothing else; temporary file, fsync, rename."""
+    p = store / "checkpoint"
+    raw = bytearray(p.read_bytes()) if p.exists() else bytearray(L.CHECKPOINT_FILE_SIZE)
+    at = L.CHECKPOINT.fields[CHECKPOINT_FIELD][1]
+    raw[at:at + 8] = int(index_msg_ts).to_bytes(8, "big", signed=True)
+    tmp = p.with_name("checkpoint.rocketidx-tmp")
+    with open(tmp, "wb") as f:
+        f.write(raw)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+    _fsync_dir(store)
+
+
+@dataclass
+class FileState:
+    name: str
+    entries: int
+    end_timestamp: int
+    end_phy_offset: int
+    status: str  # keep | broker-deletes | damaged | incomplete | after-damaged
+    reason: str = ""
+
+
+@dataclass
+class Plan:
+    store: str
+    hash_slot_num: int
+    index_num: int
+    window_ms: int
+    checkpoint: dict | None
+    abort: bool
+    files: list[FileState] = field(default_factory=list)
+    rebuild_from: int | None = None  # absolute CommitLog offset
+    skip_entries: int = 0  # entries of the message at rebuild_from that the last kept file already holds
+    rebuild_to: int | None = None  # where reading the CommitLog stops
+    commitlog_start: int = 0
+    messages_in_range: int = 0
+
+    @property
+    def replaced(self) -> list[str]:
+        return [f.name for f in self.files if f.status != "keep"]
+
+    @property
+    def kept(self) -> list[FileState]:
+        return [f for f in self.files if f.status == "keep"]
+
+    @property
+    def nothing_to_do(self) -> bool:
+        return not self.replaced and self.messages_in_range == 0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.update(replaced=self.replaced, nothing_to_do=self.nothing_to_do)
+        return d
+
+    def describe(self) -> str:
+        lines = [f"store {self.store}: hash slots {self.hash_slot_num:,}, index num {self.index_num:,}, "
+                 f"window {'one sequence' if not self.window_ms else f'{self.window_ms} ms'}"]
+        cp = self.checkpoint
+        lines.append(f"checkpoint indexMsgTimestamp {cp[CHECKPOINT_FIELD] if cp else 'missing'}; abort file "
+                     f"{'present: the broker crashed or is running' if self.abort else 'absent: clean shutdown'}")
+        lines.append(f"{'index file':24} {'entries':>10} {'endTimestamp':>14} {'endPhyOffset':>14}  status")
+        for f in self.files:
+            lines.append(f"{f.name:24} {f.entries:>10,} {f.end_timestamp:>14} {f.end_phy_offset:>14}  {f.status}"
+                         + (f" ({f.reason})" if f.reason else ""))
+        if not self.files:
+            lines.append("(no index files)")
+        if self.nothing_to_do:
+            lines.append("nothing to do: every message up to the end of the CommitLog is indexed in files the "
+                         "broker keeps")
+            return "\n".join(lines)
+        lines.append(f"rebuild CommitLog offsets {self.rebuild_from}..{self.rebuild_to} "
+                     f"({self.messages_in_range:,} messages lack index entries"
+                     + (f"; the first {self.skip_entries} entries of the message at {self.rebuild_from} are kept"
+                        if self.skip_entries else "") + ")")
+        if self.replaced:
+            lines.append(f"replace {len(self.replaced)} file(s), moved to index.backup/ first: "
+                         + ", ".join(self.replaced))
+        lines.append("then set the checkpoint's indexMsgTimestamp to the newest installed file's endTimestamp")
+        return "\n".join(lines)
+
+
+def _index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
+    """``STORE/index`` (none yet is no files) with the sizes the broker used
+    (:func:`rocketidx.output.open.open_index_dir`); whatever their source, every file must fit them."""
+    d = open_index_dir(store / "index", hash_slot_num, index_num, missing_ok=True)
+    size = L.index_file_size(d.hash_slot_num, d.index_num)
+    for path in d.paths:
+        if os.path.getsize(path) != size:
+            raise StoreLayoutError(path, f"file size {os.path.getsize(path)} does not fit hash slots "
+                                         f"{d.hash_slot_num:,} and index num {d.index_num:,} ({size} bytes); pass "
+                                         f"the broker's maxHashSlotNum and maxIndexNum as --hash-slots and --index-num")
+    _check_full_headers(d, size)
+    return d
+
+
+def _check_full_headers(d: IndexDir, size: int) -> None:
+    """Sizes that fit the file length can still be wrong (one equation, two unknowns): a full file (its
+    last item slot holds an item) must say ``indexCount == indexNum`` in its header. A contradiction
+    stops the backfill before it judges every file damaged and replaces them all."""
+    item = L.INDEX_ITEM.itemsize
+    for path in d.paths:
+        with open(path, "rb") as f:
+            raw = f.read(L.INDEX_HEADER.itemsize)
+            f.seek(size - item)
+            last = f.read(item)
+        if len(raw) < L.INDEX_HEADER.itemsize or not any(last):
+            continue
+        count = int(np.frombuffer(raw, L.INDEX_HEADER)[0]["index_count"])
+        if count != d.index_num:
+            raise StoreLayoutError(path, f"a full file whose header says indexCount {count:,}, but the sizes in use "
+                                         f"say indexNum {d.index_num:,} (hash slots {d.hash_slot_num:,}, from the "
+                                         f"{d.index_num_from}); the sizes contradict the files: pass the broker's "
+                                         "maxHashSlotNum and maxIndexNum, or leave them out to read them off the files")
+
+
+def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
+              window_ms: int = 0, check_crc: bool = True) -> Plan:
+    store = Path(store)
+    if not (store / "commitlog").is_dir():
+        raise StoreLayoutError(str(store), "not a broker store: no commitlog/ directory")
+    index = _index_dir(store, hash_slot_num, index_num)
+    checkpoint = read_checkpoint(store)
+    abort = (store / "abort").exists()
+    plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
+    files = index.open(check=False)
+    for f in files:
+        plan.files.append(FileState(f.name, max(0, f.header.index_count - 1), f.header.end_timestamp,
+                                    f.header.end_phy_offset, "keep"))
+    index_ts = checkpoint[CHECKPOINT_FIELD] if checkpoint else 0
+    if abort:
+        for st in plan.files:
+            if st.end_timestamp > index_ts:
+                st.status, st.reason = "broker-deletes", f"endTimestamp > checkpoint {index_ts}"
+    candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
+    # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
+    report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True,
+                          open_start=True)
+    bad_files = {}
+    for p in report.problems:
+        bad_files.setdefault(os.path.basename(p.file), p)
+    first_bad = None
+    for i, (f, st) in enumerate(candidates):
+        p = bad_files.get(f.name)
+        if p is not None and first_bad is None:
+            first_bad = i
+            st.status = "incomplete" if p.kind == "missing" else "damaged"
+            st.reason = f"{p.kind} @ byte {p.offset}: {p.detail}"
+        elif first_bad is not None:
+            st.status, st.reason = "after-damaged", "follows a replaced file"
+    kept = [(f, st) for f, st in candidates if st.status == "keep"]
+    segments = list_segments(store / "commitlog")
+    plan.commitlog_start = segments[0].base_offset
+    if kept and kept[-1][0].header.index_count > 1:
+        last = kept[-1][0]
+        plan.rebuild_from = last.header.end_phy_offset
+        phy = last.read_item_fields(L.FIRST_INDEX, last.header.index_count, ("phy_offset",))["phy_offset"]
+        plan.skip_entries = int(np.count_nonzero(phy == plan.rebuild_from))
+    else:
+        plan.rebuild_from = plan.commitlog_start
+    _count_range(plan, store, check_crc)
+    return plan
+
+
+def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
+    """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
+    from rocketidx.commitlog.entries import drop_first_entries
+    from rocketidx.commitlog.readers import CommitLogReader
+    segs = list_segments(store / "commitlog", from_offset=plan.rebuild_from)
+    reader = CommitLogReader(segs, check_crc=check_crc, start_offset=plan.rebuild_from)
+    count = 0
+    for seg, buf, recs, entries in reader.entry_chunks():
+        phy = drop_first_entries(entries, plan.rebuild_from, plan.skip_entries).column("phy_offset").to_numpy()
+        count += len(unique_sorted(phy))
+    plan.messages_in_range = count
+    plan.rebuild_to = reader.stop.phy_offset if reader.stop else plan.rebuild_from
+
+
+@dataclass
+class BackfillResult:
+    plan: Plan
+    installed: list[str] = field(default_factory=list)
+    backup_dir: str | None = None
+    checkpoint_index_ts: int | None = None
+    wall_s: float = 0.0
+
+
+def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
+                 window_ms: int = 0, timezone_name: str = "local", dry_run: bool = False,
+                 check_crc: bool = True, builder=None, log=print) -> BackfillResult:
+    """Plan, and unless ``dry_run``, rebuild and install. ``builder`` is the build function
+    (``rocketidx.build.local.build_index`` by default; the Spark pipeline's has the same signature)."""
+    t0 = time.monotonic()
+    store = Path(store)
+    if not store.is_dir():
+        raise StoreLayoutError(str(store), "no such store directory")
+    with broker_lock(store, create=not dry_run):
+        for backup, journal in interrupted(store):
+            if dry_run:
+                log(f"an interrupted backfill ({backup}) would be rolled back first")
+            else:
+                roll_back(store, backup, journal)
+                log(f"rolled back an interrupted backfill: {backup} (its files are back in index/)")
+        plan = make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
+                         check_crc=check_crc)
+        log(plan.describe())
+        result = BackfillResult(plan)
+        if dry_run or plan.nothing_to_do:
+            result.wall_s = time.monotonic() - t0
+            return result
+        if builder is None:
+            from rocketidx.build.local import build_index as builder
+        config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
+                             timezone=timezone_name, check_crc=check_crc)
+        staging = store / "index.rocketidx-staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        kept = plan.kept
+        new_files = []
+        if plan.messages_in_range:
+            built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+                                     skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+            new_files = list(Manifest.from_dict(built, str(staging)).files)
+            log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
+                f"{len(new_files)} file(s)")
+        _verify_staged(staging, new_files, plan, store, check_crc)
+        backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
+                   "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
+                   "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
+        # A Ctrl-C or SIGTERM waits until the install is done: it takes a few renames.
+        with interrupts.deferred():
+            backup.mkdir(parents=True)
+            if (store / "checkpoint").exists():
+                shutil.copy2(store / "checkpoint", backup / "checkpoint")
+            _write_journal(backup, journal)
+            index_dir = store / "index"
+            index_dir.mkdir(exist_ok=True)
+            for name in plan.replaced:
+                os.rename(index_dir / name, backup / name)
+                journal["moved_to_backup"].append(name)
+                _write_journal(backup, journal)
+            for f in new_files:
+                os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
+                journal["installed"].append(f.name)
+                _write_journal(backup, journal)
+            # The moves must be on disk before the checkpoint names the new files (their data was synced
+            # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
+            _fsync_dir(backup)
+            _fsync_dir(index_dir)
+            newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
+            if new_files:
+                write_checkpoint_index_ts(store, newest)
+                result.checkpoint_index_ts = newest
+            journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
+            journal["finished"] = time.time()
+            _write_journal(backup, journal)
+        shutil.rmtree(staging, ignore_errors=True)
+        result.installed = [f.name for f in new_files]
+        result.backup_dir = str(backup)
+        result.wall_s = time.monotonic() - t0
+        log(f"installed {len(new_files)} file(s); replaced files and the old checkpoint are in {backup}; "
+            f"checkpoint indexMsgTimestamp = {result.checkpoint_index_ts}")
+        return result
+
+
+def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, store: Path, check_crc: bool) -> None:
+    """The staged files, after the last kept one, must verify clean against the CommitLog (content and
+    coverage, so the entries of the message they continue count once) and sort after it; otherwise
+    nothing is installed."""
+    if not new_files:
+        return
+    kept = plan.kept
+    files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
+    files += [IndexFile(staging / INDEX_DIR / f.name, plan.hash_slot_num, plan.index_num, check=False)
+              for f in new_files]
+    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept))
+    if report.problems:
+        p = report.problems[0]
+        raise CorruptIndexError(p.file, p.offset, f"staged file failed verification, nothing installed: "
+                                                  f"[{p.kind}] {p.detail}")
+    if kept and new_files[0].name <= kept[-1].name:
+        raise CorruptIndexError(str(staging), 0, "new file names do not sort after the kept files")
+
+
+def _write_journal(backup: Path, journal: dict) -> None:
+    tmp = backup / "journal.json.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(journal, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, backup / "journal.json")
+
+
+def interrupted(store: Path) -> list[tuple[Path, dict]]:
+    """The backfills of ``store`` that were stopped (killed, a power cut) between their first move and
+    their journal's ``finished``, oldest first."""
+    root = store / "index.backup"
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        j = d / "journal.json"
+        if j.is_file():
+            journal = json.loads(j.read_text())
+            if "finished" not in journal and "rolled_back" not in journal and "replace" in journal:
+                found.append((d, journal))
+    return found
+
+
+def roll_back(store: Path, backup: Path, journal: dict) -> None:
+    """Undo an interrupted install: the journal names up front every file it was going to replace and
+    install, so a move done just before the kill (not yet journaled) is undone too. New files leave
+    ``index/`` (they are rebuilt), replaced ones come back from the backup, and the checkpoint is the one
+    from before; then the journal says ``rolled_back``. A broker that started in between saw at worst the
+    files it would have dropped anyway (those past its checkpoint) or damaged ones missing."""
+    index_dir = store / "index"
+    replaced = set(journal["replace"])
+    for name in journal["install"]:
+        here = index_dir / name
+        if here.exists() and (name not in replaced or (backup / name).exists()):
+            here.unlink()
+    for name in journal["replace"]:
+        if (backup / name).exists():
+            os.rename(backup / name, index_dir / name)
+    if (backup / "checkpoint").exists():
+        tmp = store / "checkpoint.rocketidx-tmp"
+        shutil.copyfile(backup / "checkpoint", tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, store / "checkpoint")
+    elif not journal["checkpoint_existed"]:
+        (store / "checkpoint").unlink(missing_ok=True)
+    _fsync_dir(index_dir)
+    _fsync_dir(backup)
+    _fsync_dir(store)
+    journal["rolled_back"] = time.time()
+    _write_journal(backup, journal)

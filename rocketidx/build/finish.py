@@ -1,0 +1,191 @@
+"""Checking what a build's tasks wrote, and committing it: the last step of every plan.
+
+In: the tasks' :class:`rocketidx.build.results.TaskResult` list, the stops resolved from their reads
+(:class:`rocketidx.commitlog.splits.ResolvedStops`), the output and its staging version. Out: the committed
+manifest, and the :class:`rocketidx.build.summary.BuildSummary` filled in.
+
+Stays true: nothing is committed unless every window was written by exactly one task into files numbered
+0..k-1, each rolled file full and seeded from its predecessor's end, every staged file is where its task
+said with the size the sizes give, and the entries written plus those the broker's rule skipped add up to
+the entries read; a log whose first record is invalid, and (for the commands) a range that selects no
+message, commit nothing.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from rocketidx.build.results import TaskResult, ranges_of
+from rocketidx.build.summary import BuildSummary, manifest_header
+from rocketidx.commitlog.records import STOP_RANGE_END
+from rocketidx.commitlog.segments import Segment
+from rocketidx.commitlog.splits import ResolvedStops
+from rocketidx.commitlog.timeindex import AUTO, BlockCollector, default_dir, keep
+from rocketidx.config import BuildConfig
+from rocketidx.errors import CorruptRecordError, EmptySelectionError, RocketIdxError
+from rocketidx.index.writer import FileInfo
+import rocketidx.layout as L
+from rocketidx.output.local import LocalOutput, Staging
+from rocketidx.output.remote import RemoteOutput
+import rocketidx.storage as storage
+
+log = logging.getLogger(__name__)
+
+
+def refuse_invalid_log(segments: list[Segment], stop: dict | None, start_offset: int | None = None) -> None:
+    """A CommitLog whose very first record is invalid is not a log (random bytes, another file format):
+    building an empty index from it would hide that, so it is an error and nothing is committed. A
+    log that is merely empty (a zero tail from its first byte) builds an empty index."""
+    if not segments or stop is None or stop["kind"] != "corrupt":
+        return
+    first = segments[0].base_offset if start_offset is None else start_offset
+    if stop["phy_offset"] <= first:
+        raise CorruptRecordError(segments[0].path, stop["segment_offset"],
+                                 f"not one valid record: {stop['reason']}; nothing was built")
+
+
+def validate(results: list[TaskResult], resolved: ResolvedStops, config: BuildConfig
+             ) -> tuple[list[FileInfo], int, int]:
+    """Check the tasks' results before anything is committed. Returns (files, windows, skipped).
+
+    Each window was written by exactly one task, its files are numbered 0..k-1, every file but the
+    last of a window is full, a rolled file was seeded from its predecessor's end, and the entries
+    written add up to the entries read minus the ``buildIndex`` below-end skips.
+    """
+    by_window: dict[int, tuple[TaskResult, object]] = {}
+    for r in results:
+        for w in r.windows:
+            if w.window_id in by_window:
+                raise RocketIdxError(f"window {w.window_id} was written by two tasks "
+                                     f"({by_window[w.window_id][0].task_dir}, {r.task_dir})")
+            by_window[w.window_id] = (r, w)
+    files: list[FileInfo] = []
+    written = skipped = 0
+    for wid in sorted(by_window):
+        _, w = by_window[wid]
+        skipped += w.skipped_below_end
+        if not w.files and w.entries == 0:
+            continue  # every entry of the window fell below endPhyOffset (buildIndex): no file, as in process
+        if not w.files:
+            raise RocketIdxError(f"window {wid}: files and window summary do not match")
+        if [f.seq for f in w.files] != list(range(len(w.files))):
+            raise RocketIdxError(f"window {wid}: files {[f.name for f in w.files]} are not one task's 0..k-1")
+        prev = None
+        for f in w.files:
+            seed = (0, 0) if prev is None else (prev.end_phy_offset, prev.end_timestamp)
+            if (f.created_with_end_phy_offset, f.created_with_end_timestamp) != seed:
+                raise RocketIdxError(f"window {wid} file {f.seq}: not seeded from its predecessor's end")
+            if prev is not None and prev.index_count != config.index_num:
+                raise RocketIdxError(f"window {wid} file {f.seq - 1}: rolled over before it was full")
+            if f.entries <= 0:
+                raise RocketIdxError(f"window {wid} file {f.seq}: entries do not match its header")
+            files.append(f)
+            prev = f.header
+        if sum(f.entries for f in w.files) != w.entries:
+            raise RocketIdxError(f"window {wid}: files hold {sum(f.entries for f in w.files)} entries, "
+                                 f"the writer put {w.entries}")
+        written += w.entries
+    if written + skipped != resolved.entries:
+        raise RocketIdxError(f"entries read ({resolved.entries}) != written ({written}) + skipped below "
+                             f"endPhyOffset ({skipped}): the writers lost or duplicated entries")
+    return files, len({f.window_id for f in files}), skipped
+
+
+def first_skipped(results: list[TaskResult]) -> int | None:
+    """CommitLog offset of the first record whose entries a window's endPhyOffset skip left out."""
+    return min((w.first_skipped_at for r in results for w in r.windows if w.first_skipped_at is not None),
+               default=None)
+
+
+def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, results: list[TaskResult],
+                 files: list[FileInfo], size: int) -> dict[str, str]:
+    """Where each validated file is (staged name -> path in its task directory), after checking it is there
+    with the size the build's sizes give. The commit moves each once, straight to its final name (a move on
+    an object store copies the whole file); files of failed or speculative attempts that lost stay in
+    ``_tasks``, which the commit removes."""
+    task_of = {(w.window_id, f.seq): r.task_dir for r in results for w in r.windows for f in w.files}
+    sources = {}
+    for f in files:
+        task_dir = task_of[(f.window_id, f.seq)]
+        src = f"{staging.path}/{task_dir}/{f.name}"
+        found = output.file_size(src)
+        if found is None:
+            raise FileNotFoundError(f"staged index file missing: {staging.where(task_dir, f.name)}")
+        if found != size:
+            raise RocketIdxError(f"{staging.where(task_dir, f.name)}: {found} bytes, expected {size}")
+        sources[f.name] = src
+    return sources
+
+
+def time_index_dir(time_index: str | None, out) -> str | None:
+    """``AUTO``: ``OUT/_timeindex`` for a local output (none for a URI); None: no time index."""
+    return default_dir(out) if time_index == AUTO else (str(time_index) if time_index else None)
+
+
+def keep_task_time_index(tdir: str | None, segments, results: list[TaskResult], block_bytes: int, summary: BuildSummary,
+                    check_crc: bool) -> None:
+    """Write the time index the tasks' blocks describe (:func:`rocketidx.commitlog.timeindex.keep`)."""
+    if not tdir or not block_bytes:
+        return
+    collector = BlockCollector(block_bytes)
+    collector.absorb([b for r in results for b in r.blocks])
+    keep(tdir, segments, collector, summary.stops, check_crc)
+
+
+def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: list[TaskResult],
+                 resolved: ResolvedStops, config: BuildConfig, segments, summary: BuildSummary, *, filters: dict,
+                 name_after: str | None, t0: float, allow_empty: bool = True) -> dict:
+    """Validate the task results, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
+
+    ``filters``: the read's offset and time bounds (recorded in the manifest when any is set, so an
+    unfiltered build's manifest equals the in-process one). ``allow_empty=False``: a range that selected
+    no message raises :class:`EmptySelectionError` instead of committing an empty index (the commands'
+    rule; a library caller may want the empty build).
+    """
+    if resolved.stop and resolved.stop["kind"] == "corrupt":
+        log.info("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
+                 resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
+                 resolved.stop["reason"])
+    refuse_invalid_log(segments, resolved.stop, filters.get("from_offset"))
+    if not allow_empty:
+        refuse_empty_selection(segments, resolved.messages, filters)
+    files, windows, skipped = validate(results, resolved, config)
+    sources = locate_files(output, staging, results, files, L.index_file_size(config.hash_slot_num, config.index_num))
+    summary.bytes_read = resolved.bytes_read
+    summary.messages = resolved.messages
+    summary.messages_indexed = resolved.indexed
+    summary.rollback_skipped = resolved.rollback
+    summary.below_end_phy_offset_skipped = skipped
+    summary.below_end_first_offset = first_skipped(results)
+    summary.entries = resolved.entries - skipped
+    summary.windows = windows
+    summary.files = len(files)
+    summary.stop = resolved.stop
+    summary.stops = list(resolved.stops)
+    if resolved.phy_mismatch:
+        path, offset = resolved.phy_mismatch[0]
+        summary.phy_mismatch = {"segment": str(path).rstrip("/").rsplit("/", 1)[-1], "segment_offset": offset}
+    # What the readers went through: each counted range from its start to where it stopped or ended
+    # (ranges tile the log, so a whole read scans bytes_read; a time index's slice, less).
+    # A range whose last record runs past its end and stops reading for good there (a zero tail or an
+    # invalid record, peeked at) scanned up to that stop, as the sequential reader does.
+    summary.bytes_scanned = sum(max(0, (min(i.stop_offset, i.end) if i.stop_kind == STOP_RANGE_END
+                                        else i.stop_offset) - i.start) for i in ranges_of(results)
+                                if i.index in resolved.included)
+    summary.wall_s = round(time.monotonic() - t0, 3)
+    manifest = manifest_header(config, segments, summary)
+    kept = {k: v for k, v in filters.items() if v is not None}
+    if kept:
+        manifest["filters"] = kept
+    return output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
+
+
+def refuse_empty_selection(segments, messages: int, filters: dict) -> None:
+    """A range that selected no message commits nothing: an empty index put in place of an earlier build
+    would look like a build and hide the mistake (a range past the log's end, a time before it began)."""
+    kept = {k: filters.get(k) for k in ("from_offset", "to_offset", "from_time_ms", "to_time_ms")
+            if filters.get(k) is not None}
+    if kept and messages == 0:
+        where = storage.redact(segments[0].path).rsplit("/", 1)[0] if segments else "the CommitLog"
+        raise EmptySelectionError(where, "the range " + ", ".join(f"{k}={v}" for k, v in kept.items()) +
+                                  " selects no message of this log; nothing was committed")

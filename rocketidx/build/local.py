@@ -1,0 +1,178 @@
+"""The in-process builds: CommitLog directory -> committed index output, in one Python process.
+
+In: a CommitLog (or store) directory, a :class:`BuildConfig`, and for :func:`build_index_range` offset or
+time bounds. Out: ``OUT/index/<files>``, ``OUT/_manifest.json`` and a
+:class:`rocketidx.build.summary.BuildSummary`.
+
+:func:`build_index` reads the whole log (or a backfill's tail) in one pass; :func:`build_index_range` runs
+the direct plan (:mod:`rocketidx.build.direct`) as one task here, as Spark runs it as many. Both write
+through :func:`rocketidx.build.write.write_windows`, as every build does.
+Stays true: the files equal what RocketMQ's ``IndexFile`` writes for each window's entries in CommitLog
+order; batches stream through, so memory is a few windows' slot tables plus one batch, however large a
+window is (windows beyond ``max_open`` are suspended to disk and resumed when needed).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
+from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log, time_index_dir
+from rocketidx.build.summary import BuildSummary, manifest_header
+from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
+from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
+from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
+from rocketidx.commitlog.segments import Segment, list_segments
+from rocketidx.commitlog.splits import SplitSpec, resolve_stops
+from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
+from rocketidx.commitlog.timeindex import keep as keep_time_index
+from rocketidx.config import BuildConfig
+from rocketidx.errors import RocketIdxError
+from rocketidx.index.windows import assign_windows
+from rocketidx.output.local import LocalOutput
+from rocketidx.output.manifest import INDEX_DIR
+from rocketidx.output.target import built_here
+import rocketidx.storage as storage
+
+log = logging.getLogger(__name__)
+
+
+def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
+                *, segments: list[Segment] | None = None, progress=None, native: bool | None = None,
+                start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
+                time_index: str | None = "auto") -> tuple[dict, BuildSummary]:
+    """Build and commit the index of a CommitLog. Returns (manifest, summary).
+
+    ``commitlog`` and ``out``: local paths or URIs (a URI output is built in local scratch space and
+    published there: :func:`rocketidx.output.target.built_here`). ``start_offset``: read from the first record
+    at or after this absolute offset (a backfill's range); ``skip_entries``: drop the first entries of the
+    message at ``start_offset`` (already indexed in the file the range continues); ``name_after``: every
+    file name must sort after this one.
+    """
+    remote = storage.is_remote(out)
+    with built_here(out) as target:
+        return _build_index_at(commitlog, target, config, segments=segments, progress=progress, native=native,
+                               start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
+                               time_index=None if remote else time_index)
+
+
+def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progress, native, start_offset,
+                    skip_entries, name_after, time_index) -> tuple[dict, BuildSummary]:
+    t0 = time.monotonic()
+    segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
+    summary = BuildSummary(segments=len(segments))
+    output = LocalOutput(out)
+    tdir = default_dir(out) if time_index == AUTO else time_index
+    with output.lock():
+        staging = output.new_staging()
+        try:
+            blocks = BlockCollector(DEFAULT_BLOCK_BYTES) if tdir and start_offset is None and not skip_entries \
+                else None
+            reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
+                                     native=native, start_offset=start_offset,
+                                     on_records=blocks.add if blocks else None)
+            sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms)
+            windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress),
+                                         os.path.join(staging.path, INDEX_DIR), sizes, max_open=4))
+            summary.bytes_read = summary.bytes_scanned = reader.bytes_read
+            stop = reader.stop.as_dict() if reader.stop else None
+            refuse_invalid_log(segments, stop, start_offset)
+            files = [f for w in windows for f in w.files]
+            summary.stop = stop
+            summary.stops = [s.as_dict() for s in reader.stops]
+            summary.below_end_phy_offset_skipped = sum(w.skipped_below_end for w in windows)
+            summary.below_end_first_offset = min((w.first_skipped_at for w in windows
+                                                  if w.first_skipped_at is not None), default=None)
+            summary.entries -= summary.below_end_phy_offset_skipped
+            summary.windows = len({f.window_id for f in files})
+            summary.files = len(files)
+            summary.wall_s = round(time.monotonic() - t0, 3)
+            manifest = output.commit(staging, files, manifest_header(config, segments, summary), config.tzinfo,
+                                     name_after=name_after)
+        except BaseException:
+            output.discard(staging)
+            raise
+        keep_time_index(tdir, segments, blocks, summary.stops, config.check_crc)
+    return manifest, summary
+
+
+def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig, start_offset: int | None,
+             skip_entries: int, progress) -> Iterator[EntryBatch]:
+    """The log's entries as :func:`write_windows` takes them, counting messages and entries into ``summary``."""
+    for seg, buf, recs, entries in reader.entry_chunks():
+        summary.messages += len(recs)
+        if summary.phy_mismatch is None:
+            summary.phy_mismatch = first_misplaced(seg, recs)
+        summary.rollback_skipped += rollback_count(recs)
+        positions = entry_positions(buf, seg, recs, entries)
+        drop = first_entries_mask(entries, start_offset, skip_entries, positions)
+        if drop is not None:
+            entries = entries.filter(pa.array(~drop))
+            positions = None if positions is None else positions[~drop]
+        summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
+        ts = entries.column("store_timestamp_ms").to_numpy()
+        yield EntryBatch(assign_windows(ts, config.window_ms), entries.column("phy_offset").to_numpy(),
+                         entries.column("key_hash").to_numpy(), ts, positions)
+        summary.entries += entries.num_rows
+        if progress:
+            progress(reader)
+
+
+def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
+                      from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
+                      to_time_ms: int | None = None, time_index: str | None = AUTO,
+                      allow_empty: bool = True) -> tuple[dict, BuildSummary]:
+    """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
+
+    Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
+    bounds; :func:`rocketidx.build.local.build_index` is the unfiltered reference, this is its filtered twin.
+    ``time_index``: the time index directory to use and keep (:func:`time_index_dir`). A URI output is
+    built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
+    :func:`finish_build`.
+    """
+    remote = storage.is_remote(out)
+    with built_here(out) as target:
+        return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
+                               from_time_ms=from_time_ms, to_time_ms=to_time_ms,
+                               time_index=None if remote else time_index, allow_empty=allow_empty)
+
+
+def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to_offset, from_time_ms, to_time_ms,
+                    time_index, allow_empty) -> tuple[dict, BuildSummary]:
+    t0 = time.monotonic()
+    commitlog = str(commitlog)
+    segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
+    end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
+    spec = SplitSpec(from_offset=from_offset, to_offset=end, from_time_ms=from_time_ms, to_time_ms=to_time_ms,
+                     check_crc=config.check_crc, batch_records=config.batch_records)
+    filters = {"from_offset": from_offset, "to_offset": to_offset, "from_time_ms": from_time_ms,
+               "to_time_ms": to_time_ms}
+    summary = BuildSummary(segments=len(segments))
+    output = LocalOutput(str(out))
+    tdir = time_index_dir(time_index, out)
+    with output.lock():
+        staging = output.new_staging()
+        try:
+            figures: dict = {}
+            # One task owns every window: no strays, no resync.
+            plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
+            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
+                                  time_blocks=collect_blocks(tdir, segments, spec, plan))
+            ran = run_direct(plan, segments, local_job(spec, params), figures) if plan.tasks else \
+                ([], resolve_stops(plan.skipped), 0)
+            if ran is None:
+                raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
+            results, resolved, _ = ran
+            manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,
+                                    name_after=None, t0=t0, allow_empty=allow_empty)
+        except BaseException:
+            output.discard(staging)
+            raise
+        summary.time_index = figures.get("time_index")
+        keep_task_time_index(tdir, segments, results, params.time_blocks, summary, config.check_crc)
+    return manifest, summary

@@ -1,0 +1,97 @@
+"""``rocketidx backfill`` and ``jobs/backfill.py``: a crashed broker's lost index range rebuilt into its
+stopped store, on the engine the range's size picks."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from rocketidx.cli.common import add_engine_arguments, spark_flag_misused, spark_settings
+from rocketidx.errors import StoreLayoutError
+import rocketidx.storage as storage
+from rocketidx.units import count_arg, duration_arg
+
+
+def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | None = None,
+                           engine_flag: bool = True) -> None:
+    """The backfill's flags, for ``rocketidx backfill`` and ``jobs/backfill.py`` alike."""
+    bf.add_argument("--store", required=True, help="the broker's store directory (commitlog/, index/, checkpoint)")
+    bf.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    bf.add_argument("--window", type=duration_arg("--window"), default=0,
+                    help="window length of the new files, as build's --window (a bare number is "
+                         "milliseconds; default 0: one sequence, as the broker writes)")
+    bf.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
+                    help="default: read off the existing files, else the broker's 5000000")
+    bf.add_argument("--index-num", type=count_arg("--index-num"), default=None,
+                    help="default: read off the existing files, else the broker's 20000000")
+    bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
+    bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
+    bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+    add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
+
+
+class _EngineBuilder:
+    """The backfill's builder: when the range to rebuild is known, :func:`rocketidx.build.engine.choose_engine`
+    picks the in-process build or the Spark one (a session is started only then)."""
+
+    def __init__(self, a, settings):
+        self.a, self.settings = a, settings
+        self.engine = None
+        self.spark = None
+
+    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
+        from rocketidx.build.local import build_index
+        from rocketidx.build.engine import choose_engine, data_bytes
+        from rocketidx.commitlog.segments import list_segments
+        segments = list_segments(commitlog, from_offset=start_offset)
+        self.engine = choose_engine(data_bytes(segments, start_offset), in_process=getattr(self.a, "in_process", False),
+                                    master=self.a.master, break_even=self.settings.break_even)
+        if not self.engine.spark:
+            return build_index(commitlog, out, config, segments=segments, start_offset=start_offset,
+                               skip_entries=skip_entries, name_after=name_after)
+        from rocketidx.spark.backfill import SparkBuilder
+        self.spark = SparkBuilder(self.settings)
+        return self.spark(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
+                          name_after=name_after)
+
+    def close(self) -> None:
+        if self.spark is not None:
+            self.spark.close()
+
+
+def run_backfill_command(a: argparse.Namespace) -> int:
+    """``rocketidx backfill`` and ``jobs/backfill.py``: the flags :func:`add_backfill_arguments` made -> the
+    backfill (the rebuild on the engine :func:`rocketidx.build.engine.choose_engine` picks for its range) -> the
+    plan and result on stdout."""
+    from rocketidx.backfill.store import run_backfill
+    if storage.is_remote(a.store):
+        raise StoreLayoutError(storage.redact(a.store), "backfill writes into a stopped broker's local store (its "
+                                                        "lock, a backup and an atomic swap need a local disk); "
+                                                        "give the store's path on the broker's machine")
+    in_process = getattr(a, "in_process", False)
+    log = (lambda *_: None) if a.json else print
+    args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
+                dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
+    if in_process and spark_flag_misused(a, "backfill", "Spark (drop --in-process)",
+                                          ("master", "spark_conf", "split_bytes", "partitions")):
+        return 2
+    builder = _EngineBuilder(a, spark_settings(a))
+    try:
+        r = run_backfill(a.store, builder=builder, **args)
+    finally:
+        builder.close()
+    engine = builder.engine.as_dict() if builder.engine else None
+    if a.json:
+        print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
+                          "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
+                          "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}))
+    elif engine:
+        print(f"engine: {engine['name']} ({engine['reason']})")
+    return 0
+
+
+def add_parser(sub) -> None:
+    add_backfill_arguments(sub.add_parser(
+        "backfill", help="rebuild the index range a crashed broker lost, into its stopped store",
+        description="Rebuild the IndexFiles a crashed broker lost (the range after its last complete file, up to "
+                    "the CommitLog's end) into the stopped broker's store: under its lock, with a backup of what "
+                    "it replaces and an atomic swap. --dry-run prints the plan and changes nothing."))

@@ -1,0 +1,38 @@
+"""What the commands share: the engine flags, the Spark settings they read, and the one-line refusal of a
+Spark flag where Spark does not run."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rocketidx.units import count_arg, size_arg
+
+
+def add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str | None, engine_flag: bool) -> None:
+    """``--in-process`` (where offered) and the Spark flags, as build and backfill both take them."""
+    if engine_flag:
+        p.add_argument("--in-process", action="store_true",
+                       help=f"{what} in this Python process with the core alone, no Spark (small stores, no JVM)")
+    p.add_argument("--master", default=None,
+                   help="run on Spark with this master (default: the engine is chosen by size: in process below "
+                        "engine_break_even in --spark-conf, else Spark on local[*]; under spark-submit, its master)")
+    p.add_argument("--spark-conf", default=spark_conf, help="Spark settings and split size (default conf/spark.json)")
+    p.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None,
+                   help="byte range per read task (default 128m)")
+    p.add_argument("--partitions", type=count_arg("--partitions"), default=None,
+                   help="writer partitions (default: cores)")
+
+
+def spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> bool:
+    """Say so on stderr if a Spark-only flag was given where Spark does not run."""
+    given = [f for f in flags if getattr(a, f) is not None]
+    if given:
+        print(f"rocketidx {command}: --{given[0].replace('_', '-')} needs {needs}", file=sys.stderr)
+    return bool(given)
+
+
+def spark_settings(a):
+    from rocketidx.config import project_conf
+    from rocketidx.spark.session import load_spark_settings
+    return load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=getattr(a, "split_bytes", None),
+                               shuffle_partitions=getattr(a, "partitions", None), master=getattr(a, "master", None))

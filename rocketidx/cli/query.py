@@ -1,0 +1,135 @@
+"""``rocketidx query``: keys looked up as the broker's queryMsgByKey does, and the messages shown."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rocketidx.errors import RocketIdxError, StoreLayoutError
+import rocketidx.layout as L
+import rocketidx.storage as storage
+from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
+
+
+def cmd_query(a) -> int:
+    import pyarrow as pa
+
+    from rocketidx.query.lookup import message_has_key, open_index, query_offsets, read_messages_at
+    from rocketidx.units import parse_count, parse_time_ms
+    if not (a.index or a.store):
+        print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
+        return 2
+    clash = next((why for bad, why in (
+        (a.index and a.store, "--index and --store name two indexes: give one"),
+        (a.queries and (a.topic or a.key), "--topic/--key and --queries exclude each other"),
+        (not a.queries and not (a.topic and a.key), "give --topic T --key K, or --queries FILE"),
+        (a.max < 1, f"--max must be at least 1, got {a.max}")) if bad), None)
+    if clash:
+        print(f"rocketidx query: {clash}", file=sys.stderr)
+        return 2
+    index = a.index or storage.join(a.store, "index")
+    commitlog = a.commitlog or (storage.join(a.store, "commitlog") if a.store else None)
+    if (a.show or a.exact) and commitlog is None:
+        print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
+        return 2
+    files = open_index(index, a.hash_slots, a.index_num)
+    if not files:
+        raise StoreLayoutError(storage.redact(index), "no IndexFiles found")
+    if a.queries:
+        queries = []
+        with open(a.queries) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        queries.append(json.loads(line))
+                    except ValueError as e:
+                        raise RocketIdxError(f"{a.queries} line {n}: not JSON: {e}") from e
+    elif a.topic is not None and a.key is not None:
+        queries = [{"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max}]
+    else:
+        print("rocketidx query: give --topic and --key, or --queries FILE", file=sys.stderr)
+        return 2
+    for q in queries:
+        # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
+        begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
+        end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
+        max_num = min(parse_count(q.get("maxNum", a.max), f"{a.queries}: maxNum", minimum=1),
+                      L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
+        offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
+        table = None
+        if a.show or a.exact:
+            table, _ = read_messages_at(commitlog, offsets)
+            if a.exact:
+                rows = table.to_pylist()
+                keep = [i for i, r in enumerate(rows) if message_has_key(r if r["topic"] is not None else None,
+                                                                        q["topic"], q["key"])]
+                offsets = [offsets[i] for i in keep]
+                table = table.take(pa.array(keep, pa.int64()))
+        if a.show:
+            print_messages(q, table, as_json=a.json)
+        else:
+            print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
+                              "offsets": offsets}, ensure_ascii=False))
+    return 0
+
+
+def _host(addr, port) -> str:
+    import ipaddress
+    if addr is None:
+        return ""
+    ip = ipaddress.ip_address(addr)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def print_messages(q: dict, table, *, as_json: bool) -> None:
+    from functools import partial
+    from rocketidx.units import format_utc
+    rows = table.to_pylist()
+    if as_json:
+        for r in rows:
+            r = dict(r)
+            r["born_host"] = _host(r.pop("born_host"), r.pop("born_port"))
+            r["store_host"] = _host(r.pop("store_host"), r.pop("store_port"))
+            print(json.dumps(r, ensure_ascii=False, default=str))
+        return
+    print(f"{q['topic']}#{q['key']}: {len(rows)} message(s)")
+    if not rows:
+        return
+    iso = partial(format_utc, iso=True)
+    for r in rows:
+        if r["topic"] is None:
+            print("  (no valid message at this offset)")
+            continue
+        print(f"  offset {r['phy_offset']}  topic {r['topic']}  queue {r['queue_id']}@{r['queue_offset']}  "
+              f"stored {iso(r['store_timestamp_ms'])}  born {iso(r['born_timestamp_ms'])}")
+        print(f"    hosts born {_host(r['born_host'], r['born_port'])} store {_host(r['store_host'], r['store_port'])}"
+              f"  sys_flag 0x{r['sys_flag']:X}  reconsume {r['reconsume_times']}")
+        print(f"    keys {r['keys']!r}  uniq_key {r['uniq_key']!r}  tags {r['tags']!r}  body {r['body_length']} B: "
+              f"{r['body_preview']!r}")
+        props = (r["properties"] or "").replace("\x01", "=").replace("\x02", "; ")
+        print(f"    properties {props}")
+
+
+def add_parser(sub) -> None:
+    q = sub.add_parser("query", help="look keys up like queryMsgByKey: offsets, newest first",
+                       description="Look keys up as the broker's queryMsgByKey does: the CommitLog offsets of the "
+                                   "messages whose key hashes match, newest first, hash collisions included (--exact "
+                                   "drops them); --show decodes the messages. One JSON line per key.")
+    q.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    q.add_argument("--store", help="a broker store: its index/ answers, its commitlog/ backs --show/--exact")
+    q.add_argument("--commitlog", help="CommitLog for --show/--exact when --index is given")
+    q.add_argument("--show", action="store_true", help="decode the messages found (a table; JSON lines with --json)")
+    q.add_argument("--exact", action="store_true",
+                   help="drop offsets whose message does not carry the key (hash collisions)")
+    q.add_argument("--json", action="store_true", help="with --show: one JSON object per message")
+    q.add_argument("--topic", help="topic of the key to look up (with --key)")
+    q.add_argument("--key", help="message key (a KEYS word or the UNIQ_KEY message id) to look up (with --topic)")
+    q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
+    q.add_argument("--begin", type=time_arg("--begin"), default=0,
+                   help="earliest store time, epoch ms or ISO-8601 (default 0)")
+    q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
+                   help="latest store time, epoch ms or ISO-8601 (default: no end)")
+    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
+                   help=f"most offsets per key (default {L.DEFAULT_MAX_MSGS_NUM_BATCH}; larger values are capped at "
+                        f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
+    q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
+    q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)

@@ -1,0 +1,247 @@
+"""``rocketidx stats``: index statistics in the terminal (tables) or as JSON for scripts.
+
+In: ``--index DIR`` (a build output or a broker's ``store/index``), optionally ``--commitlog DIR``, sizing
+targets and the Spark master. Out: on stdout, readable tables (files, chains, key hashes, hot keys,
+topics and true collisions with the CommitLog, sizing advice) or, with ``--json``, one JSON object with
+``summary`` and every table as a list of records. Exit 0 when the statistics were computed, 2 when they
+could not be (a typed error, one line on stderr naming the file).
+
+The statistics are computed in this process (:mod:`rocketidx.stats.local`) or on Spark
+(:mod:`rocketidx.spark.stats`), the same tables either way, chosen by :func:`rocketidx.build.engine.choose_engine`
+on the bytes to read (the index files' allocated blocks, plus the CommitLog's with ``--commitlog``);
+``--in-process`` or ``--master`` decide, and spark-submit always means Spark. A Spark session starts
+without its UI or progress bars so stdout stays clean.
+Wiring (in ``rocketidx/cli.py``): ``stats_cli.add_parser(sub)`` in ``_parser()`` and
+``"stats": stats_cli.cmd_stats`` in ``COMMANDS``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from rocketidx.errors import RocketIdxError
+from rocketidx.units import count_arg, duration_arg, format_utc
+
+QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("stats", help="index health and sizing statistics (in process or on Spark)",
+                              description="How full each file is, chain lengths, key-hash collisions, hot keys, "
+                                          "traffic per time bucket, and the hashSlotNum/indexNum that fit it.")
+    p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    p.add_argument("--commitlog", help="CommitLog (or store) directory: topics, key strings, true collisions")
+    p.add_argument("--json", action="store_true", help="print one JSON object (summary and every table)")
+    from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP
+    p.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
+    p.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
+    p.add_argument("--bucket", type=duration_arg("--bucket", 1), default=None,
+                   help="time bucket, e.g. 10m or 1h (default: ~96 buckets over the index's span)")
+    p.add_argument("--top", type=count_arg("--top", 1), default=10,
+                   help="longest chains and hot keys to list (default 10)")
+    p.add_argument("--target-chain", type=float, default=1.5,
+                   help="sizing: mean chain length to aim for in the fullest file (default 1.5)")
+    p.add_argument("--target-files-per-day", type=float, default=24.0, help="sizing: files per day (default 24)")
+    p.add_argument("--headroom", type=float, default=2.0, help="sizing: growth factor on the peak (default 2)")
+    p.add_argument("--no-crc", action="store_true", help="skip the CommitLog body CRC check")
+    p.add_argument("--in-process", action="store_true", help="compute in this process, no Spark")
+    p.add_argument("--master", default=None, help="compute on Spark with this master (default: by size)")
+    p.add_argument("--spark-conf", default=None, help="break-even size (default conf/spark.json)")
+    return p
+
+
+def cmd_stats(a) -> int:
+    try:
+        return _run(a)
+    except RocketIdxError as e:
+        print(f"rocketidx stats: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(a) -> int:
+    from rocketidx.stats.sizing import SizingTargets
+    from rocketidx.stats.core import file_refs
+    # Everything that can be checked without Spark is checked first: a JVM takes seconds to start.
+    targets = SizingTargets(a.target_chain, a.target_files_per_day, a.headroom)
+    refs, manifest = file_refs(a.index, a.hash_slots, a.index_num)
+    if not refs and manifest is not None:
+        return _empty_build(a, manifest)
+    if a.commitlog:  # another log's topics and keys would make every CommitLog table wrong: refuse
+        from rocketidx.query.logmatch import require_index_of_log
+        require_index_of_log(a.index, a.commitlog, a.hash_slots, a.index_num, check_crc=not a.no_crc)
+    engine = stats_engine(a)
+    kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, bucket_ms=a.bucket, top=a.top, targets=targets,
+              check_crc=not a.no_crc, check_log=False)
+    if engine.spark:
+        from rocketidx.spark.session import get_session
+        from rocketidx.spark.stats import index_stats
+        spark = get_session(master=a.master, conf=QUIET_SPARK, log_level="ERROR")
+        stats = index_stats(spark, a.index, a.commitlog, **kw)
+    else:
+        from rocketidx.stats.local import index_stats_local
+        stats = index_stats_local(a.index, a.commitlog, **kw)
+    tables = stats.to_pandas()
+    summary = stats.summary()
+    stats.unpersist()
+    if a.json:
+        print(json.dumps({"summary": summary, **{k: _records(v) for k, v in tables.items()},
+                          "engine": engine.as_dict()}, default=_plain))
+    else:
+        print_stats(summary, tables)
+        print(f"\nengine: {engine.name} ({engine.reason})")
+    return 0
+
+
+def _empty_build(a, manifest) -> int:
+    """A build output that committed no IndexFile (its log held no indexable message, e.g. a zero first
+    TOTALSIZE): an index with nothing in it, as ``verify`` and ``query`` see it, not an error."""
+    import rocketidx.storage as storage
+    summary = {"index": storage.redact(a.index), "files": 0, "entries": 0, "messages": manifest.header.get("messages"),
+               "hash_slot_num": manifest.hash_slot_num, "index_num": manifest.index_num}
+    if a.json:
+        print(json.dumps({"summary": summary, "engine": None}))
+    else:
+        print(f"index: {summary['index']}: an empty build output (0 IndexFiles, 0 entries; "
+              f"{summary['messages'] or 0:,} messages read)")
+    return 0
+
+
+def stats_engine(a):
+    """In process or on Spark, by the rule every command shares (:mod:`rocketidx.build.engine`)."""
+    from rocketidx.config import project_conf
+    from rocketidx.build.engine import choose_engine, data_bytes
+    from rocketidx.commitlog.segments import list_segments
+    from rocketidx.spark.session import load_spark_settings
+    from rocketidx.stats.local import index_bytes
+    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), master=a.master)
+    work = index_bytes(a.index, a.hash_slots, a.index_num)
+    if a.commitlog:
+        work += data_bytes(list_segments(a.commitlog))
+    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=settings.break_even)
+
+
+def _plain(value):
+    """JSON for numpy scalars and arrays that pandas hands back."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _records(df) -> list[dict]:
+    rows = df.to_dict(orient="records")
+    return [{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()} for r in rows]
+
+
+# --- terminal tables ------------------------------------------------------------------------------
+
+def _utc(ms) -> str:
+    if ms is None or (isinstance(ms, float) and math.isnan(ms)):
+        return "-"
+    return format_utc(ms)
+
+
+def _fmt(v, spec: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if spec == "i":
+        return f"{int(v):,}"
+    if spec == "%":
+        return f"{100 * float(v):.1f}%"
+    if spec.startswith("f"):
+        return f"{float(v):.{spec[1:] or 2}f}"
+    if spec == "B":
+        return _bytes(v)
+    if spec == "t":
+        return _utc(v)
+    text = str(v)
+    return text if len(text) <= 48 else text[:47] + "…"  # a 130-character retry topic would swamp the table
+
+
+def _bytes(n) -> str:
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n}"
+
+
+def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
+    """Fixed-width text table; ``columns`` are (key, heading, format) with formats of :func:`_fmt`
+    (text left-aligned, numbers right-aligned)."""
+    cells = [[_fmt(r.get(k), f) for k, _, f in columns] for r in rows]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, (_, h, _) in enumerate(columns)]
+    left = [f == "s" for _, _, f in columns]
+    line = lambda vals: "  ".join(v.ljust(w) if lft else v.rjust(w)  # noqa: E731
+                                  for v, w, lft in zip(vals, widths, left)).rstrip()
+    return "\n".join([line([h for _, h, _ in columns])] + [line(c) for c in cells])
+
+
+def print_stats(summary: dict, tables: dict, out=None) -> None:
+    out = out or sys.stdout
+    p = lambda *args: print(*args, file=out)  # noqa: E731
+    s = summary
+    windows = f", {s['windows']} windows" if s.get("windows") else ""
+    p(f"index {s['index']}: {s['files']} files, {s['entries']:,} entries, {s['messages']:,} messages{windows}, "
+      f"{_utc(s['begin_timestamp'])} .. {_utc(s['end_timestamp'])} UTC")
+    p(f"hashSlotNum {s['hash_slot_num']:,}  indexNum {s['index_num']:,}  mean fill {100 * s['mean_fill_ratio']:.1f}%  "
+      f"on disk {_bytes(s['disk_bytes'])} of {_bytes(s['apparent_bytes'])} apparent")
+    p(f"chains: {s['used_slots']:,} used slots, mean {s['mean_chain']:.2f}, p50 {s['p50_chain']}, "
+      f"p90 {s['p90_chain']}, p99 {s['p99_chain']}, max {s['max_chain']}")
+    p(f"key hashes: {s['distinct_key_hashes']:,} distinct, {s['key_hashes_with_repeats']:,} with two or more entries")
+    if "distinct_keys" in s and not s["colliding_key_hashes"]:
+        p(f"keys: {s['distinct_keys']:,} distinct; no key hash is shared by two keys: no query needs client-side "
+          "filtering")
+    elif "distinct_keys" in s:
+        p(f"keys: {s['distinct_keys']:,} distinct; {s['colliding_key_hashes']:,} key hashes are shared by "
+          f"{s['colliding_keys']:,} different keys: {100 * s['share_of_keys_needing_filtering']:.3f}% of keys "
+          f"({100 * s['share_of_entries_needing_filtering']:.3f}% of entries) need client-side filtering")
+    sections = [
+        ("files", "Files", [("name", "name", "s"), ("window_start_ms", "window (UTC)", "t"), ("seq", "seq", "i"),
+                            ("entries", "entries", "i"), ("fill_ratio", "fill", "%"), ("used_slots", "used slots", "i"),
+                            ("load_factor", "load", "f3"), ("mean_chain", "mean chain", "f2"),
+                            ("p99_chain", "p99", "i"), ("max_chain", "max", "i"),
+                            ("distinct_hashes", "key hashes", "i"), ("disk_bytes", "on disk", "B")]),
+        ("chains", "Chain lengths (slots per length, all files)", None),
+        ("longest_chains", "Longest chains", [("name", "file", "s"), ("slot", "slot", "i"), ("length", "length", "i"),
+                                              ("distinct_hashes", "key hashes", "i"), ("head_item", "head item", "i")]),
+        ("collisions", "Entries per key hash", [("entries_per_hash", "entries/hash", "i"),
+                                                ("key_hashes", "key hashes", "i"), ("entries", "entries", "i")]),
+        ("hot_keys", "Hot keys", [("key_hash", "key hash", "i"), ("entries", "entries", "i"), ("files", "files", "i"),
+                                  ("key", "key", "s")]),
+        ("topics", "Topics", [("topic", "topic", "s"), ("messages", "messages", "i"),
+                              ("indexed_messages", "indexed", "i"), ("entries", "entries", "i"),
+                              ("keys_per_message", "keys/msg", "f2")]),
+        ("true_collisions", "True collisions (one key hash, several keys)",
+         [("key_hash", "key hash", "i"), ("distinct_keys", "keys", "i"), ("entries", "entries", "i"),
+          ("key", "keys", "s")]),
+        ("sizing", "Sizing", [("scenario", "scenario", "s"), ("hash_slot_num", "hashSlotNum", "i"),
+                              ("index_num", "indexNum", "i"), ("file_bytes", "file", "B"),
+                              ("entries_per_file", "entries/file", "i"), ("predicted_mean_chain", "mean chain", "f2"),
+                              ("predicted_files_per_day", "files/day", "f1"), ("note", "note", "s")]),
+    ]
+    for name, title, columns in sections:
+        df = tables.get(name)
+        if df is None:
+            continue
+        p("")
+        p(f"{title}:")
+        if name == "chains":
+            h = df.groupby("chain_length")["slots"].sum()
+            p("  " + "  ".join(f"{int(k)}: {int(v):,}" for k, v in h.items()) if len(h) else "  (none)")
+            continue
+        rows = df.to_dict(orient="records")
+        for r in rows:
+            keys = r.get("keys")
+            if keys is not None and not isinstance(keys, float):  # a left join leaves NaN where no key was read
+                keys = list(keys)
+                r["key"] = ", ".join(map(str, keys[:3])) + (" ..." if len(keys) > 3 else "")
+        if name == "sizing":
+            t = rows[0] if rows else {}
+            p(f"  targets: mean chain <= {t.get('target_mean_chain')}, files/day <= {t.get('target_files_per_day')}; "
+              "predictions assume hashes spread evenly over slots")
+        p(format_table(rows, columns) if rows else "  (none)")

@@ -1,0 +1,101 @@
+"""``rocketidx verify``: an index checked in process or on Spark, and its report printed."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rocketidx.cli.common import spark_flag_misused, spark_settings
+import rocketidx.storage as storage
+from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
+
+
+def cmd_verify(a) -> int:
+    from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
+    from rocketidx.verify.report import VerifyReport
+    pre = VerifyReport()
+    files, manifest = open_for_verify(a.index, a.hash_slots, a.index_num, pre)
+    windows = manifest.window_ms if manifest else None
+    window_ids = manifest.window_ids if manifest else None
+    if pre.counts:  # files that could not be opened are left out of the rest
+        window_ids = None
+    if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
+                                                         ("master", "spark_conf", "split_bytes"))):
+        if a.spark:
+            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
+        return 2
+    rules = BuildRead.of(manifest)
+    engine = _verify_engine(a, files, rules)
+    if not a.json:
+        print(f"engine: {engine.name} ({engine.reason})")
+    if engine.spark:
+        report = _verify_on_spark(a, files, windows, window_ids, rules)
+    else:
+        report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc,
+                              rules=rules)
+    report.problems[:0] = pre.problems
+    report.counts.update(pre.counts)
+    if a.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print_verify(report)
+    return 0 if report.clean else 1
+
+
+def _verify_engine(a, files, rules):
+    from rocketidx.build.engine import choose_engine, data_bytes
+    from rocketidx.commitlog.segments import list_segments
+    work = sum(min(storage.footprint(f.path)) for f in files)
+    if a.commitlog:
+        work += data_bytes(list_segments(a.commitlog))
+    out_of_place = ("the build saw PHYSICALOFFSET fields that are not their records' positions: judged in one "
+                    "in-process pass") if rules.fields_out_of_place and a.commitlog and not a.spark else None
+    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=spark_settings(a).break_even,
+                         spark_only="--spark" if a.spark else None, in_process_only=out_of_place)
+
+
+def _verify_on_spark(a, files, windows, window_ids, rules):
+    from rocketidx.config import project_conf
+    from rocketidx.spark.session import load_spark_settings, spark_session
+    from rocketidx.spark.verify import verify_index_spark
+    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
+                                   master=a.master)
+    from rocketidx.cli.progress import spark_progress
+    with spark_session(settings) as spark, spark_progress(spark, "verify on Spark", enabled=not a.json):
+        return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
+                                  check_crc=not a.no_crc, split_bytes=settings.split_bytes, rules=rules)
+
+
+def print_verify(r) -> None:
+    print(f"{'file':24} {'entries':>10} {'begin phy':>14} {'end phy':>14} {'slots used':>10} {'problems':>8}")
+    for f in r.files:
+        print(f"{f.name:24} {f.entries:>10,} {f.begin_phy_offset:>14} {f.end_phy_offset:>14} "
+              f"{f.hash_slot_count:>10,} {f.problems:>8}")
+    if r.expected_entries is not None:
+        print(f"entries checked {r.entries_checked:,}; the CommitLog implies {r.expected_entries:,} over offsets "
+              f"{r.covered_range[0]}..{r.covered_range[1]}")
+    if r.clean:
+        print("clean: no problems found")
+        return
+    print("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items())))
+    for p in r.problems:
+        print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
+    if r.log_mismatch:  # last, where a terminal shows it, under the problems it explains
+        print(r.log_mismatch)
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("verify", help="check IndexFiles' structure and, with --commitlog, their content",
+                       description="Check IndexFiles (a build output or a broker's store/index): headers, slots and "
+                                   "chains; with --commitlog also that every entry points at a message carrying its "
+                                   "key and that every key of the log is indexed. Exit 1 when problems are found.")
+    v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
+    v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
+    v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
+    v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.add_argument("--in-process", action="store_true", help="check in this process, no Spark")
+    v.add_argument("--spark", action="store_true", help="check on Spark (default master local[*])")
+    v.add_argument("--master", default=None, help="check on Spark with this master")
+    v.add_argument("--spark-conf", default=None, help="Spark settings and break-even (default conf/spark.json)")
+    v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")

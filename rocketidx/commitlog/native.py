@@ -1,0 +1,23 @@
+"""The optional compiled kernel (``rocketidx/_native.c``), or None where it is not built.
+
+Both read paths give the same records and entries; the kernel does in one pass per record what the
+numpy path does in several (see the README's "The compiled kernel"). ``setup.py`` builds it when a C
+compiler and zlib are there; a ``--py-files`` zip on a cluster cannot import it.
+"""
+from __future__ import annotations
+
+try:
+    import rocketidx._native as kernel
+except ImportError:  # pragma: no cover - depends on the install
+    kernel = None
+
+
+def native_available() -> bool:
+    return kernel is not None
+
+
+def use_native(native: bool | None) -> bool:
+    """``native=None``: the kernel where it is built; True insists on it."""
+    if native and kernel is None:
+        raise RuntimeError("rocketidx._native is not built")
+    return kernel is not None if native is None else native

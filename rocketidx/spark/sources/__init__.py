@@ -1,0 +1,2 @@
+"""Spark data sources: ``rocketmq-commitlog`` (commitlog.py) and ``rocketmq-index`` (index.py).
+"""
