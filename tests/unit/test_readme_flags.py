@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from readme_doc import SPAN, Command, flags, logical_lines, parse_command, read_readme, shell_blocks
+from readme_doc import SPAN, Command, flags, logical_lines, parse_command, read_all, shell_blocks
 
 from rocketidx import cli
 
@@ -72,19 +72,20 @@ def job_parser(path: str, monkeypatch) -> argparse.ArgumentParser:
 
 @pytest.fixture(scope="module")
 def readme():
-    return read_readme()
+    """README.md and docs/*.md, read as one."""
+    return read_all()
 
 
 def commands(readme) -> list[tuple[Command, str]]:
     """Every command the README shows, with where: command lines of shell blocks, and inline code spans
     that start with a program (``rocketidx query --store``, ``spark-submit --conf``, ``build --strict``)."""
     blocks, paragraphs = readme
-    out = [(c, f"README line {b.line}") for b in shell_blocks(blocks)
+    out = [(c, b.where) for b in shell_blocks(blocks)
            for line in logical_lines(b.text) for c in parse_command(line)]
     for p in paragraphs:
         for span in SPAN.findall(p.text):
             if not span.lstrip().startswith("-"):
-                out += [(c, f"README paragraph at line {p.line}") for c in parse_command(span)]
+                out += [(c, p.where) for c in parse_command(span)]
     return out
 
 
