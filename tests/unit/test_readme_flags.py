@@ -39,6 +39,10 @@ OTHER_TOOLS: dict[str, set[str]] = {
 }
 
 
+# Every parser has these; the pages may name them (`rocketidx CMD --help`), none has to.
+HELP = {"-h", "--help"}
+
+
 def options(parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
     """Each option's strings (``('-v', '--verbose')``), ``--help`` left out: every parser has it."""
     return [tuple(a.option_strings) for a in parser._actions
@@ -102,9 +106,9 @@ def owner(command: Command, names: set[str]) -> tuple[str | None, tuple[str, ...
 
 def test_every_flag_the_readme_shows_for_a_command_exists_for_that_command(readme, monkeypatch):
     subs = subcommands()
-    known = {name: {o for opts in options(p) for o in opts} for name, p in subs.items()}
-    known[""] = {o for opts in options(cli._parser()) for o in opts}
-    known.update({job: {o for opts in options(job_parser(job, monkeypatch)) for o in opts} for job in JOBS})
+    known = {name: HELP | {o for opts in options(p) for o in opts} for name, p in subs.items()}
+    known[""] = HELP | {o for opts in options(cli._parser()) for o in opts}
+    known.update({job: HELP | {o for opts in options(job_parser(job, monkeypatch)) for o in opts} for job in JOBS})
     wrong = []
     for command, where in commands(readme):
         name, args = owner(command, set(subs))
@@ -124,8 +128,8 @@ def test_every_flag_the_readme_names_anywhere_exists(readme, monkeypatch):
     """Prose flags with no command beside them (`--from-time/--to-time`, `--in-process`): some rocketidx
     parser's, or a listed tool's."""
     blocks, paragraphs = readme
-    ours = {o for p in [cli._parser(), *subcommands().values()] + [job_parser(j, monkeypatch) for j in JOBS]
-            for opts in options(p) for o in opts}
+    ours = HELP | {o for p in [cli._parser(), *subcommands().values()] + [job_parser(j, monkeypatch) for j in JOBS]
+                   for opts in options(p) for o in opts}
     theirs = set().union(*OTHER_TOOLS.values())
     text = "\n".join([b.text for b in shell_blocks(blocks)] + [p.text for p in paragraphs])
     unknown = sorted(flags(text) - ours - theirs)
