@@ -25,6 +25,11 @@ JOB = re.compile(r"^jobs/\w+\.py$")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
+def shown(path: Path) -> Path:
+    """A page's path as messages show it: relative to the checkout when it is one of its pages."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 @dataclass(frozen=True)
 class Block:
     """One fenced block: its language tag, text, the headings above it (outermost first), its file and
@@ -37,7 +42,7 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)} line {self.line}"
+        return f"{shown(self.path)} line {self.line}"
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class Paragraph:
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)} paragraph at line {self.line}"
+        return f"{shown(self.path)} paragraph at line {self.line}"
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,12 @@ def parse_command(text: str) -> list[Command]:
             i = jobs[0]
             return [Command(program, tuple(args[:i]), text), Command(args[i], tuple(args[i + 1:]), text)]
     return [Command(program, tuple(args), text)]
+
+
+def table_rows(paragraphs: list[Paragraph]) -> list[tuple[Paragraph, list[str]]]:
+    """Each table row of the prose, with its paragraph and its cells (the header and ``|---|`` rows too)."""
+    return [(p, [c.strip() for c in line.strip().strip("|").split("|")])
+            for p in paragraphs for line in p.lines if line.lstrip().startswith("|")]
 
 
 def shell_blocks(blocks: list[Block]) -> list[Block]:
