@@ -1,9 +1,10 @@
-"""README.md read the way the README tests need it: fenced blocks and prose paragraphs with the headings
-they sit under, shell command lines (continuations joined, comments dropped) split into the program that
-runs and its arguments, and the inline code spans of the prose.
+"""README.md and the manual (docs/*.md) read the way their tests need them: fenced blocks and prose
+paragraphs with the file and headings they sit under, shell command lines (continuations joined, comments
+dropped) split into the program that runs and its arguments, and the inline code spans of the prose.
 
-Used by tests/unit/test_readme_flags.py (every flag shown is real, every real flag is shown) and
-tests/spark/test_readme_recipe.py (the local spark-submit recipe runs as written).
+Used by tests/unit/test_readme_flags.py (every flag shown is real, every real flag is in docs/cli.md),
+tests/spark/test_readme_recipe.py (the local spark-submit recipe runs as written) and
+tests/unit/test_readme_remote_example.py (so does the remote-store example).
 """
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 # A long flag: `--hash-slots`, also inside `--from-time/--to-time` and `[--json]`.
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
@@ -22,22 +25,39 @@ JOB = re.compile(r"^jobs/\w+\.py$")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
+def shown(path: Path) -> Path:
+    """A page's path as messages show it: relative to the checkout when it is one of its pages."""
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 @dataclass(frozen=True)
 class Block:
-    """One fenced block: its language tag, text, the headings above it (outermost first), first line."""
+    """One fenced block: its language tag, text, the headings above it (outermost first), its file and
+    first line."""
     lang: str
     text: str
     headings: tuple[str, ...]
     line: int
+    path: Path = README
+
+    @property
+    def where(self) -> str:
+        return f"{shown(self.path)} line {self.line}"
 
 
 @dataclass(frozen=True)
 class Paragraph:
-    """Prose between blank lines (a list counts as one), its lines joined with spaces: an inline code span
-    may break across lines."""
+    """Prose between blank lines (a list or a table counts as one), its lines joined with spaces: an inline
+    code span may break across lines. ``lines`` keeps them apart, for a table's rows."""
     text: str
     headings: tuple[str, ...]
     line: int
+    path: Path = README
+    lines: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        return f"{shown(self.path)} paragraph at line {self.line}"
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,12 @@ class Command:
     text: str
 
 
-def read_readme(path: Path = README) -> tuple[list[Block], list[Paragraph]]:
+def markdown_files() -> list[Path]:
+    """README.md, then the manual's pages in name order."""
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def read_markdown(path: Path = README) -> tuple[list[Block], list[Paragraph]]:
     blocks: list[Block] = []
     paragraphs: list[Paragraph] = []
     headings: list[tuple[int, str]] = []
@@ -60,13 +85,14 @@ def read_readme(path: Path = README) -> tuple[list[Block], list[Paragraph]]:
 
     def end_paragraph() -> None:
         if para:
-            paragraphs.append(Paragraph(" ".join(s.strip() for s in para), tuple(h for _, h in headings), para_line))
+            paragraphs.append(Paragraph(" ".join(s.strip() for s in para), tuple(h for _, h in headings), para_line,
+                                        path, tuple(para)))
             para.clear()
 
     for n, line in enumerate(lines, 1):
         if fence is not None:
             if FENCE.match(line):
-                blocks.append(Block(fence[0], "\n".join(fence[2]), tuple(h for _, h in headings), fence[1]))
+                blocks.append(Block(fence[0], "\n".join(fence[2]), tuple(h for _, h in headings), fence[1], path))
                 fence = None
             else:
                 fence[2].append(line)
@@ -90,6 +116,17 @@ def read_readme(path: Path = README) -> tuple[list[Block], list[Paragraph]]:
         para.append(line)
     end_paragraph()
     assert fence is None, f"{path}: a fenced block opened at line {fence[1] - 1} never closes"
+    return blocks, paragraphs
+
+
+def read_all() -> tuple[list[Block], list[Paragraph]]:
+    """Every block and paragraph of README.md and docs/*.md."""
+    blocks: list[Block] = []
+    paragraphs: list[Paragraph] = []
+    for path in markdown_files():
+        b, p = read_markdown(path)
+        blocks += b
+        paragraphs += p
     return blocks, paragraphs
 
 
@@ -133,6 +170,12 @@ def parse_command(text: str) -> list[Command]:
             i = jobs[0]
             return [Command(program, tuple(args[:i]), text), Command(args[i], tuple(args[i + 1:]), text)]
     return [Command(program, tuple(args), text)]
+
+
+def table_rows(paragraphs: list[Paragraph]) -> list[tuple[Paragraph, list[str]]]:
+    """Each table row of the prose, with its paragraph and its cells (the header and ``|---|`` rows too)."""
+    return [(p, [c.strip() for c in line.strip().strip("|").split("|")])
+            for p in paragraphs for line in p.lines if line.lstrip().startswith("|")]
 
 
 def shell_blocks(blocks: list[Block]) -> list[Block]:

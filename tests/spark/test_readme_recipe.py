@@ -1,6 +1,7 @@
-"""The README's local spark-submit recipe runs as written, as a newcomer would run it after ``make setup``:
+"""The manual's local spark-submit recipe runs as written, as a newcomer would run it after ``make setup``:
 a fresh shell (no SPARK_HOME, no PYSPARK_* variables, the venv not on PATH) in a directory laid out like
-the project root, the block taken from README.md itself, so a README edit that breaks it fails here.
+the project root, the block taken from the markdown itself (README.md or docs/*.md, wherever the section
+"spark-submit: the nightly job" is), so an edit that breaks it fails here.
 
 The directory is a scratch one holding ``.venv`` and ``jobs`` as links to this checkout's, so what the
 recipe writes (``dist/``, ``sample/``) lands there and not in the checkout.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from readme_doc import logical_lines, parse_command, read_readme, shell_blocks
+from readme_doc import logical_lines, parse_command, read_all, shell_blocks
 from splitread import same_build
 
 from rocketidx.build.local import build_index
@@ -31,12 +32,13 @@ SECTION = "spark-submit: the nightly job"
 
 def local_recipe() -> str:
     """The shell block of the nightly job's section whose spark-submit runs on a local master."""
-    blocks, _ = read_readme()
+    blocks, _ = read_all()
     found = [b for b in shell_blocks(blocks) if any(SECTION in h for h in b.headings)
              and any(c.program == "spark-submit" and "--master" in c.args
                      and c.args[c.args.index("--master") + 1].strip("'\"").startswith("local")
                      for line in logical_lines(b.text) for c in parse_command(line))]
-    assert len(found) == 1, f"README.md, section {SECTION!r}: expected one block running spark-submit locally"
+    assert len(found) == 1, (f"section {SECTION!r} of README.md and docs/*.md: expected one block running "
+                             f"spark-submit locally, found {[b.where for b in found]}")
     return found[0].text
 
 
@@ -50,7 +52,7 @@ def fresh_shell_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def test_the_readme_spark_submit_recipe_runs_as_written(tmp_path, monkeypatch):
+def test_the_spark_submit_recipe_runs_as_written(tmp_path, monkeypatch):
     recipe = local_recipe()
     job = next(c for line in logical_lines(recipe) for c in parse_command(line)
                if c.program == "jobs/nightly_rebuild.py")
