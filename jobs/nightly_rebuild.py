@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     from rocketidx.cli.build import add_build_arguments, run_build
-    from rocketidx.cli import exit_code
-    p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0])
+    from rocketidx.cli import EXIT_CODES_HELP, exit_code
+    p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)

@@ -25,8 +25,15 @@ import rocketidx.interrupts as interrupts
 import rocketidx.storage as storage
 
 
+# What `--help` says of the exit codes (:func:`exit_code`), for the command line and the spark-submit jobs.
+EXIT_CODES_HELP = ("exit codes: 0 done; 1 the input has problems (verify found some, a --strict build stopped "
+                   "early or left entries out); 2 could not run (usage, paths, locks, any rocketidx error or "
+                   "OSError: one line on stderr); 130 interrupted (Ctrl-C, SIGTERM); 141 stdout's reader left")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.")
+    p = argparse.ArgumentParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.",
+                                epilog=EXIT_CODES_HELP)
     p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
     sub = p.add_subparsers(dest="command", required=True)
     # The order `rocketidx --help` lists them in.

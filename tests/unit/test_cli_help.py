@@ -80,3 +80,15 @@ def test_stats_says_no_key_hash_is_shared_instead_of_zero_by_zero(small, capsys)
     out = capsys.readouterr().out
     assert "0 key hashes are shared by 0" not in out
     assert "no key hash is shared by two keys" in out
+
+
+def test_the_help_of_the_command_line_and_the_jobs_says_the_exit_codes():
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    for cmd in ([sys.executable, "-m", "rocketidx", "--help"], [sys.executable, str(root / "jobs/nightly_rebuild.py"),
+                "--help"], [sys.executable, str(root / "jobs/backfill.py"), "--help"]):
+        out = " ".join(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
+        for code in ("0 done", "1 the input has problems", "2 could not run", "130 interrupted"):
+            assert code in out, (cmd[-2], code)
