@@ -37,7 +37,8 @@ def ensure_store(messages: int) -> Path:
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, keys_per_message=2,
                     span_ms=24 * 3_600_000, seed=7)
     marker = store / "generator.json"
-    if marker.exists() and json.loads(marker.read_text()).get("config", {}).get("messages") == messages:
+    from rocketidx.commitlog.generate import same_store
+    if same_store(marker, cfg):
         return store
     print(f"generating {messages:,} messages into {store} (once) ...", flush=True)
     t0 = time.monotonic()

@@ -13,7 +13,7 @@ child subreaper and reaps them), less what a bare local session costs to start, 
 Python job, and stop (measured here the same way).
 
 Results go to stdout and ``bench-data/results-engine.json``. Usage:
-``python bench/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo]``.
+``python bench/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo,cq]``.
 """
 from __future__ import annotations
 
@@ -47,10 +47,9 @@ def ensure_store(name: str) -> Path:
     store = DATA / name
     cfg = GenConfig(**STORES[name])
     marker = store / "generator.json"
-    if marker.exists():
-        made = json.loads(marker.read_text()).get("config", {})
-        if all(made.get(k) == v for k, v in STORES[name].items()):
-            return store
+    from rocketidx.commitlog.generate import same_store
+    if same_store(marker, cfg):
+        return store
     print(f"generating {name} (once) ...", flush=True)
     generate_store(store, cfg)
     return store
@@ -303,15 +302,36 @@ def break_even(results: dict) -> None:
           f"{json.loads((ROOT / 'conf' / 'spark.json').read_text()).get('engine_break_even')}", flush=True)
 
 
+def consumequeues(repeat: int, results: dict) -> None:
+    """ConsumeQueues in process on store-6m: ``--targets consumequeue`` alone (MB/s, whole process), and
+    ``--targets index,consumequeue`` against ``--targets index`` (one read feeding both). Targets (issue 22):
+    at least 600 MB/s; both at most 1.3x the index alone."""
+    store = ensure_store("store-6m")
+    warm(store)
+    rows = []
+    for _ in range(repeat):
+        rows.append(tuple(build(store, DATA / "eng-cq", "--in-process", extra=("--targets", t))
+                          for t in ("consumequeue", "index", "index,consumequeue")))
+    cq, ix, both = (med([r[i][0] for r in rows]) for i in range(3))
+    bytes_read = rows[0][0][2]["bytes_read"]
+    results["consumequeue store-6m"] = r = {
+        "consumequeue_wall_s": cq, "consumequeue_MBps": round(bytes_read / 1e6 / cq), "index_wall_s": ix,
+        "index_and_consumequeue_wall_s": both, "both_over_index": round(both / ix, 2),
+        "queues": len((rows[0][0][2].get("consumequeue") or {}).get("queues", []))}
+    print(f"  store-6m: --targets consumequeue {cq:.2f}s ({r['consumequeue_MBps']} MB/s, target >= 600); "
+          f"index {ix:.2f}s, index,consumequeue {both:.2f}s = {r['both_over_index']}x (target <= 1.3)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="e2e,cpu,warm,scale,slice,demo")
+    ap.add_argument("--only", default="e2e,cpu,warm,scale,slice,demo,cq")
     a = ap.parse_args(argv)
     _subreaper()
     DATA.mkdir(exist_ok=True)
     results: dict = {}
-    steps = {"e2e": e2e, "cpu": cpu, "warm": warm_builds, "scale": scale, "slice": time_slice, "demo": demo}
+    steps = {"e2e": e2e, "cpu": cpu, "warm": warm_builds, "scale": scale, "slice": time_slice, "demo": demo,
+             "cq": consumequeues}
     for name in a.only.split(","):
         print(f"measuring {name} ...", flush=True)
         try:

@@ -6,6 +6,7 @@ per query) and the project's choice of one-hour windows.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from rocketidx.units import parse_duration_ms, resolve_timezone
 DEFAULT_WINDOW_MS = 3_600_000
 DEFAULT_BATCH_RECORDS = 65_536
 MAX_INDEX_FILE_BYTES = 2**31 - 1  # a MappedByteBuffer, as the broker maps an IndexFile, is int-indexed
+TARGETS = ("index", "consumequeue")  # what a build can write, in the order the manifest lists them
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,9 @@ class BuildConfig:
     timezone: str = "local"
     check_crc: bool = True
     batch_records: int = DEFAULT_BATCH_RECORDS
+    targets: tuple[str, ...] = ("index",)  # what a build writes: index, consumequeue, or both
+    cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE  # mappedFileSizeConsumeQueue as configured (rounded up to 20)
+    delay_levels: str = L.DEFAULT_DELAY_LEVELS  # messageDelayLevel: delayed messages' tagsCode
 
     def __post_init__(self) -> None:
         if not isinstance(self.hash_slot_num, int) or self.hash_slot_num < 1:
@@ -40,6 +45,27 @@ class BuildConfig:
         if self.batch_records < 1:
             raise ConfigError("batch_records", self.batch_records, "must be positive")
         resolve_timezone(self.timezone)
+        if isinstance(self.targets, str):
+            object.__setattr__(self, "targets", tuple(t.strip() for t in self.targets.split(",") if t.strip()))
+        if not self.targets or set(self.targets) - set(TARGETS) or len(set(self.targets)) != len(self.targets):
+            raise ConfigError("targets", ",".join(self.targets), f"one or both of {', '.join(TARGETS)}, each once")
+        object.__setattr__(self, "targets", tuple(t for t in TARGETS if t in self.targets))
+        if not isinstance(self.cq_file_size, int) or self.cq_file_size < 1:
+            raise ConfigError("cq_file_size", self.cq_file_size, "must be a positive number of bytes (a queue file "
+                                                                 "holds 20-byte entries; 19 is rounded up to 20)")
+
+    @property
+    def index(self) -> bool:
+        return "index" in self.targets
+
+    @property
+    def consumequeue(self) -> bool:
+        return "consumequeue" in self.targets
+
+    @property
+    def queue_file_size(self) -> int:
+        """The queue files' size as the broker uses it: ``cq_file_size`` rounded up to a multiple of 20."""
+        return L.cq_file_size(self.cq_file_size)
 
     @property
     def tzinfo(self):
@@ -79,3 +105,62 @@ def project_conf(name: str) -> str | None:
     an installed package or a ``--py-files`` zip has no ``conf/`` and runs on built-in defaults."""
     p = CONF_DIR / name
     return str(p) if p.is_file() else None
+
+
+# --- the broker's own settings: the properties file it was started with (``mqbroker -c FILE``) -------------
+# rocketidx uses four of its keys (messageDelayLevel: delayed messages' tagsCode; mappedFileSizeConsumeQueue,
+# maxHashSlotNum, maxIndexNum: the files' sizes), checked as the broker checks them; explicit flags win over
+# the file, the file over the defaults; every other key is the broker's business.
+
+BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum")
+_DELAY_WORD = re.compile(r"^[0-9]+[smhd]$")
+
+
+def read_properties(path: str | Path) -> dict[str, str]:
+    """``java.util.Properties.load`` for the files brokers are started with: ``key=value``, ``key: value`` or
+    ``key value``, ``#``/``!`` comments, blank lines, a trailing backslash continuing a line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("--broker-conf", str(path), f"cannot read: {e}") from e
+    out: dict[str, str] = {}
+    logical = ""
+    for raw in text.splitlines():
+        line = raw.lstrip() if not logical else raw.lstrip()
+        if not logical and (not line or line[0] in "#!"):
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical += line[:-1]
+            continue
+        logical += line
+        m = re.match(r"^((?:\\.|[^=:\s])*)\s*[=:\s]?\s*(.*)$", logical)
+        if m and m.group(1):
+            out[m.group(1).replace("\\", "")] = m.group(2).rstrip("\r")
+        logical = ""
+    return out
+
+
+def broker_settings(path: str | Path) -> dict[str, object]:
+    """The keys of :data:`BROKER_KEYS` the file sets, parsed and checked (a value the broker would reject: an error)."""
+    props = read_properties(path)
+    got: dict[str, object] = {}
+    for key in BROKER_KEYS:
+        if key not in props:
+            continue
+        value = props[key].strip()
+        where = f"{path}: {key}"
+        if key == "messageDelayLevel":
+            words = value.split(" ")
+            if not value or not all(_DELAY_WORD.match(w) for w in words):
+                raise ConfigError(where, value, "the broker parses each level as a number and one of s, m, h, d, "
+                                                "separated by single spaces (ScheduleMessageService.parseDelayLevel)")
+            got[key] = value
+        else:
+            try:
+                number = int(value)
+            except ValueError:
+                raise ConfigError(where, value, "not an integer: the broker would not start") from None
+            if number < 1 or number > 2**31 - 1:
+                raise ConfigError(where, value, "must be a positive int, as the broker's setter takes it")
+            got[key] = number
+    return got

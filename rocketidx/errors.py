@@ -43,6 +43,16 @@ class CorruptIndexError(CorruptRecordError):
     """An IndexFile whose size, header or links are inconsistent."""
 
 
+class TopicNameError(CorruptRecordError):
+    """A record whose topic cannot be a ConsumeQueue directory name (empty, ``.``, ``..``, holding ``/`` or
+    NUL, over 255 bytes): nothing is written for it, let alone outside the output."""
+
+    def __init__(self, path: str, offset: int, topic: str, why: str) -> None:
+        RocketIdxError.__init__(self, path, offset, topic, why)
+        self.path, self.offset, self.topic, self.why = path, offset, topic, why
+        self.reason = f"topic {topic[:80]!r} cannot be a ConsumeQueue directory name: {why}"
+
+
 class StoreLockedError(RocketIdxError):
     """A broker store whose lock file is held by a running broker, or an output another job holds."""
 

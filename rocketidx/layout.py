@@ -188,6 +188,30 @@ def items_offset(hash_slot_num: int) -> int:
     return INDEX_HEADER.itemsize + SLOT.itemsize * hash_slot_num
 
 
+# --- ConsumeQueue (store/consumequeue/<topic>/<queueId>/<20-digit fileFromOffset>) -----------------
+
+CQ_UNIT: Final = np.dtype([  # ConsumeQueue.CQ_STORE_UNIT_SIZE = 20 B
+    ("phy_offset", ">i8"),  # the record's stored PHYSICALOFFSET
+    ("size", ">i4"),  # TOTALSIZE
+    ("tags_code", ">i8"),
+])
+assert CQ_UNIT.itemsize == 20
+CQ_BLANK: Final = (0, 0x7FFFFFFF, 0)  # fillPreBlank's entry: (0, Integer.MAX_VALUE, 0)
+DEFAULT_CQ_FILE_SIZE: Final = 300_000 * CQ_UNIT.itemsize  # MessageStoreConfig.mappedFileSizeConsumeQueue
+CQ_NAME_DIGITS: Final = 20  # UtilAll.offset2FileName
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE_TOPIC
+PROPERTY_DELAY: Final = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
+PROPERTY_INNER_NUM: Final = "INNER_NUM"
+PROPERTY_INNER_BASE: Final = "INNER_BASE"
+DEFAULT_DELAY_LEVELS: Final = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
+
+
+def cq_file_size(configured: int) -> int:
+    """``mappedFileSizeConsumeQueue`` as the broker uses it: rounded up to a multiple of 20."""
+    unit = CQ_UNIT.itemsize
+    return -(-configured // unit) * unit
+
+
 # --- Store checkpoint (StoreCheckpoint), 4 KiB -------------------------------------------------
 
 CHECKPOINT: Final = np.dtype([

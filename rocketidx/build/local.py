@@ -25,6 +25,7 @@ from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log, time_index_dir
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
+from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
 from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
 from rocketidx.commitlog.segments import Segment, list_segments
@@ -32,10 +33,11 @@ from rocketidx.commitlog.splits import SplitSpec, resolve_stops
 from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
 from rocketidx.commitlog.timeindex import keep as keep_time_index
 from rocketidx.config import BuildConfig
-from rocketidx.errors import RocketIdxError
+from rocketidx.consumequeue.writer import ConsumeQueueWriter
+from rocketidx.errors import ConfigError, RocketIdxError
 from rocketidx.index.windows import assign_windows
 from rocketidx.output.local import LocalOutput
-from rocketidx.output.manifest import INDEX_DIR
+from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR
 from rocketidx.output.target import built_here
 import rocketidx.storage as storage
 
@@ -55,6 +57,9 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     file name must sort after this one.
     """
     remote = storage.is_remote(out)
+    if remote and config.consumequeue:
+        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
+                                                              "not to a URI")
     with built_here(out) as target:
         return _build_index_at(commitlog, target, config, segments=segments, progress=progress, native=native,
                                start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
@@ -77,7 +82,9 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
                                      native=native, start_offset=start_offset,
                                      on_records=blocks.add if blocks else None)
             sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms)
-            windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress),
+            queues = ConsumeQueueWriter(os.path.join(staging.path, CONSUMEQUEUE_DIR), config.queue_file_size) \
+                if config.consumequeue else None
+            windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress, queues),
                                          os.path.join(staging.path, INDEX_DIR), sizes, max_open=4))
             summary.bytes_read = summary.bytes_scanned = reader.bytes_read
             stop = reader.stop.as_dict() if reader.stop else None
@@ -92,8 +99,10 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
             summary.windows = len({f.window_id for f in files})
             summary.files = len(files)
             summary.wall_s = round(time.monotonic() - t0, 3)
-            manifest = output.commit(staging, files, manifest_header(config, segments, summary), config.tzinfo,
-                                     name_after=name_after)
+            header = manifest_header(config, segments, summary)
+            if queues is not None:
+                header["consumequeues"] = summary.consumequeue = _queues_manifest(queues, config, segments)
+            manifest = output.commit(staging, files, header, config.tzinfo, name_after=name_after)
         except BaseException:
             output.discard(staging)
             raise
@@ -102,25 +111,41 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
 
 
 def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig, start_offset: int | None,
-             skip_entries: int, progress) -> Iterator[EntryBatch]:
-    """The log's entries as :func:`write_windows` takes them, counting messages and entries into ``summary``."""
-    for seg, buf, recs, entries in reader.entry_chunks():
+             skip_entries: int, progress, queues: ConsumeQueueWriter | None) -> Iterator[EntryBatch]:
+    """The log's entries as :func:`write_windows` takes them, counting messages and entries into ``summary``;
+    with ``queues``, each chunk's records are dispatched to the ConsumeQueues too (one read feeds both)."""
+    delays = delay_levels_ms(config.delay_levels)
+    chunks = reader.entry_chunks() if config.index else ((seg, buf, recs, None) for seg, buf, recs in
+                                                         reader.record_chunks())
+    for seg, buf, recs, entries in chunks:
         summary.messages += len(recs)
         if summary.phy_mismatch is None:
             summary.phy_mismatch = first_misplaced(seg, recs)
-        summary.rollback_skipped += rollback_count(recs)
-        positions = entry_positions(buf, seg, recs, entries)
-        drop = first_entries_mask(entries, start_offset, skip_entries, positions)
-        if drop is not None:
-            entries = entries.filter(pa.array(~drop))
-            positions = None if positions is None else positions[~drop]
-        summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
-        ts = entries.column("store_timestamp_ms").to_numpy()
-        yield EntryBatch(assign_windows(ts, config.window_ms), entries.column("phy_offset").to_numpy(),
-                         entries.column("key_hash").to_numpy(), ts, positions)
-        summary.entries += entries.num_rows
+        if queues is not None:
+            queues.add(seg, dispatch(buf, seg, recs, delays))
+        if entries is not None:
+            summary.rollback_skipped += rollback_count(recs)
+            positions = entry_positions(buf, seg, recs, entries)
+            drop = first_entries_mask(entries, start_offset, skip_entries, positions)
+            if drop is not None:
+                entries = entries.filter(pa.array(~drop))
+                positions = None if positions is None else positions[~drop]
+            summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
+            ts = entries.column("store_timestamp_ms").to_numpy()
+            yield EntryBatch(assign_windows(ts, config.window_ms), entries.column("phy_offset").to_numpy(),
+                             entries.column("key_hash").to_numpy(), ts, positions)
+            summary.entries += entries.num_rows
         if progress:
             progress(reader)
+
+
+def _queues_manifest(queues: ConsumeQueueWriter, config: BuildConfig, segments: list[Segment]) -> dict:
+    """The manifest's ``consumequeues``: the file size, the CommitLog's first offset (what a restarted broker's
+    lookups depend on), and every queue written."""
+    written = queues.close()
+    return {"file_size": config.queue_file_size, "commitlog_min_offset": segments[0].base_offset if segments else 0,
+            "queues": [q.as_dict() for q in written], "entries": sum(q.entries for q in written),
+            "files": sum(len(q.files) for q in written), "dropped": dict(queues.dropped), "gaps": queues.gaps}
 
 
 def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,

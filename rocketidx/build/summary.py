@@ -33,6 +33,7 @@ class BuildSummary:
     bytes_scanned: int = 0  # bytes the reader went through (less than bytes_read when a time index skipped some)
     time_index: str | None = None  # how a time slice used the time index, when it was asked to
     phy_mismatch: dict | None = None  # first record whose PHYSICALOFFSET is not its position: segment, offset
+    consumequeue: dict | None = None  # with --targets consumequeue: queues, files, entries, what the rules dropped
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,4 +73,5 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "stop": summary.stop,
     } | ({"phy_mismatch": summary.phy_mismatch} if summary.phy_mismatch else {}) | (
         {"below_end_first_offset": summary.below_end_first_offset}
-        if summary.below_end_first_offset is not None else {})
+        if summary.below_end_first_offset is not None else {}) | (
+        {"targets": list(config.targets)} if config.targets != ("index",) else {})

@@ -45,6 +45,15 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help="epoch ms or ISO-8601 store time (inclusive)")
     b.add_argument("--to-time", type=time_arg("--to-time"), default=None,
                    help="epoch ms or ISO-8601 store time (exclusive)")
+    b.add_argument("--targets", default=None,
+                   help="what to build: index, consumequeue, or index,consumequeue (one read of the CommitLog "
+                        "feeds both, as the broker's dispatch does; default index)")
+    b.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
+                   help="ConsumeQueue file size in bytes, rounded up to a multiple of 20 as the broker does "
+                        f"(default {L.DEFAULT_CQ_FILE_SIZE}: mappedFileSizeConsumeQueue)")
+    b.add_argument("--broker-conf", default=None,
+                   help="the properties file the broker was started with (mqbroker -c FILE): its messageDelayLevel, "
+                        "mappedFileSizeConsumeQueue, maxHashSlotNum and maxIndexNum are used; flags win")
     b.add_argument("--time-index", default=None,
                    help="time index directory: a --from/--to-time build reads only the blocks it needs, a whole "
                         "read keeps it up to date (default OUT/_timeindex for a local OUT; 'none': neither)")
@@ -53,7 +62,6 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
 def run_build(a: argparse.Namespace) -> int:
     """``rocketidx build`` and ``jobs/nightly_rebuild.py``: the flags :func:`add_build_arguments` made ->
     the engine (:func:`rocketidx.build.engine.choose_engine`) -> the build -> the summary on stdout."""
-    from rocketidx.config import load_config
     from rocketidx.build.engine import choose_engine
     from rocketidx.commitlog.segments import list_segments
     from rocketidx.output import safety
@@ -64,8 +72,7 @@ def run_build(a: argparse.Namespace) -> int:
     safety.check_output_dir(a.out)
     if _time_index_arg(a) not in (None, "auto"):
         safety.check_time_index_dir(a.time_index)
-    cfg = load_config(a.conf, hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window,
-                      timezone=a.timezone, check_crc=False if a.no_crc else None)
+    cfg, settings_from = build_config(a)
     if in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
                                           ("spark_conf", "split_bytes", "partitions")):
         return 2
@@ -75,10 +82,17 @@ def run_build(a: argparse.Namespace) -> int:
                                  ("from_time_ms", a.from_time), ("to_time_ms", a.to_time)) if v is not None}
     filtered = bool(filters)
     safety.check_replace(a.out, safety.BuildKind(commitlog_dir(a.commitlog), filters, cfg.window_ms,
-                                                 cfg.hash_slot_num, cfg.index_num), getattr(a, "overwrite", False))
+                                                 cfg.hash_slot_num, cfg.index_num, cfg.targets,
+                                                 cfg.queue_file_size if cfg.consumequeue else None),
+                         getattr(a, "overwrite", False))
     tindex = _time_index_arg(a)
     work = _work_bytes(a, segments, cfg, tindex)
     engine = choose_engine(work, in_process=in_process, master=a.master, break_even=settings.break_even)
+    if cfg.consumequeue and (engine.spark or filtered or storage.is_remote(a.out)):
+        from rocketidx.errors import ConfigError
+        raise ConfigError("--targets", ",".join(cfg.targets), "ConsumeQueues are built in this process from a whole "
+                                                             "CommitLog into a local output so far (on Spark, for a "
+                                                             "range and into a URI: not yet)")
     t0 = time.monotonic()
     spark_stats = None
     if engine.spark:
@@ -102,13 +116,33 @@ def run_build(a: argparse.Namespace) -> int:
         rss_mb = round(peak_rss_kb() / 1024, 1)
         print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
                               driver_peak_rss_mb=rss_mb, spark=spark_stats, unread_bytes=left_bytes,
-                              unread_segments=left_segments)))
+                              unread_segments=left_segments, settings_from=settings_from)))
     else:
         print_summary(summary)
+        if getattr(a, "broker_conf", None):
+            print("settings: " + ", ".join(f"{k} {getattr(cfg, k)!r} from {v}" for k, v in settings_from.items()))
         print(f"engine: {engine.name} ({engine.reason})")
         if spark_stats:
             print_spark_figures(spark_stats, wall)
     return 1 if _warn_left_out(a, summary, segments, left_bytes, left_segments) and a.strict else 0
+
+
+def build_config(a) -> tuple:
+    """The build's settings and where each came from: a flag, else the broker's properties file
+    (``--broker-conf``), else ``--conf``, else the default."""
+    from rocketidx.config import BuildConfig, broker_settings, load_config
+    broker = broker_settings(a.broker_conf) if getattr(a, "broker_conf", None) else {}
+    flags = {"hash_slot_num": a.hash_slots, "index_num": a.index_num, "cq_file_size": getattr(a, "cq_file_size", None)}
+    from_broker = {"hash_slot_num": broker.get("maxHashSlotNum"), "index_num": broker.get("maxIndexNum"),
+                   "cq_file_size": broker.get("mappedFileSizeConsumeQueue"),
+                   "delay_levels": broker.get("messageDelayLevel")}
+    chosen = {k: flags.get(k) if flags.get(k) is not None else from_broker[k] for k in from_broker}
+    cfg = load_config(a.conf, window_ms=a.window, timezone=a.timezone, check_crc=False if a.no_crc else None,
+                      targets=getattr(a, "targets", None), **chosen)
+    conf = load_config(a.conf)
+    said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
+            else "conf" if getattr(conf, k) != getattr(BuildConfig(), k) else "default" for k in from_broker}
+    return cfg, said
 
 
 def _work_bytes(a, segments, cfg, tindex) -> int:
@@ -208,6 +242,11 @@ def print_summary(s) -> None:
     if s.time_index is not None or (s.bytes_scanned and s.bytes_scanned < s.bytes_read):
         print(f"read {s.bytes_scanned:,} of the log's {s.bytes_read:,} bytes"
               + (f" (time index: {s.time_index})" if s.time_index else ""))
+    if s.consumequeue:
+        cq = s.consumequeue
+        print(f"consumequeues: {len(cq['queues'])} queues, {cq['files']} files of {cq['file_size']:,} bytes, "
+              f"{cq['entries']:,} entries" + (f"; dropped by the broker's rules: {cq['dropped']}"
+                                                if any(cq["dropped"].values()) else ""))
     if s.stop:
         print(f"reading stopped: {s.stop['segment']} + {s.stop['segment_offset']} "
               f"(offset {s.stop['phy_offset']}): {s.stop['reason']}")

@@ -18,6 +18,7 @@ DEMO_MESSAGES = 300_000  # the sample store `make run` generates
 def cmd_gen(a) -> int:
     from rocketidx.commitlog.generate import GenConfig, generate_store
     cfg = GenConfig(messages=a.messages, segment_bytes=a.segment_bytes, body_bytes=a.body_bytes, topics=a.topics,
+                    queues=a.queues,
                     keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
                     clock_steps=a.clock_steps, clock_back_ms=a.clock_back)
     t0 = time.monotonic()
@@ -125,6 +126,8 @@ def add_gen_parser(sub) -> None:
     g.add_argument("--body-bytes", type=count_arg("--body-bytes"), default=300, help="mean body size (default 300)")
     g.add_argument("--topics", type=count_arg("--topics"), default=4,
                    help="how many topics the messages spread over (Topic0, Topic1, ...; default 4)")
+    g.add_argument("--queues", type=count_arg("--queues"), default=8,
+                   help="queues per topic (QUEUEID 0 to N-1), each with its own queue offsets (default 8)")
     g.add_argument("--keys-per-message", type=count_arg("--keys-per-message"), default=2, help="most KEYS per message (default 2)")
     g.add_argument("--span", type=duration_arg("--span"), default=24 * 3_600_000, help="time span (default 24h)")
     g.add_argument("--start-ms", type=count_arg("--start-ms"), default=1_700_000_000_000,

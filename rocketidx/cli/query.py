@@ -11,6 +11,8 @@ from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
 
 
 def cmd_query(a) -> int:
+    if a.consumequeue:
+        return _query_queues(a)
     import pyarrow as pa
 
     from rocketidx.query.lookup import message_has_key, open_index, query_offsets, read_messages_at
@@ -133,3 +135,63 @@ def add_parser(sub) -> None:
                         f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
+    q.add_argument("--consumequeue", help="look a queue slot up instead of a key, as a restarted broker's "
+                                          "ConsumeQueue.get does: a build output, a broker store, or a consumequeue "
+                                          "directory (then --commitlog too)")
+    q.add_argument("--queue-id", type=int, default=None, help="with --consumequeue: the queue (with --topic)")
+    q.add_argument("--queue-offset", type=int, default=None,
+                   help="with --consumequeue: the slot (a consume offset) to read (with --topic, --queue-id)")
+
+
+def _query_queues(a) -> int:
+    """``query --consumequeue``: one JSON line per lookup, in input order, with the broker's answer (or null)."""
+    from rocketidx.output.open import open_consumequeues
+    clash = next((why for bad, why in (
+        (a.index or a.store, "--consumequeue looks queues up; --index/--store look keys up: give one"),
+        (a.key, "--key looks a key up; with --consumequeue give --queue-id and --queue-offset"),
+        (a.queries and (a.topic or a.queue_id is not None or a.queue_offset is not None),
+         "--topic/--queue-id/--queue-offset and --queries exclude each other"),
+        (not a.queries and (a.topic is None or a.queue_id is None or a.queue_offset is None),
+         "give --topic T --queue-id Q --queue-offset N, or --queries FILE")) if bad), None)
+    if clash:
+        print(f"rocketidx query: {clash}", file=sys.stderr)
+        return 2
+    queues = open_consumequeues(a.consumequeue, a.commitlog)
+    if a.queries:
+        lookups = []
+        with open(a.queries) as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        q = json.loads(line)
+                        lookups.append((str(q["topic"]), int(q["queueId"]), int(q["queueOffset"])))
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise RocketIdxError(f"{a.queries} line {n}: not a lookup with topic, queueId and "
+                                             f"queueOffset: {e}") from e
+    else:
+        lookups = [(a.topic, a.queue_id, a.queue_offset)]
+    commitlog = a.commitlog or _store_commitlog(a.consumequeue)
+    for topic, qid, offset in lookups:
+        got = queues.get(topic, qid, offset)
+        answer = None if got is None else {"phyOffset": got[0], "size": got[1], "tagsCode": got[2]}
+        if a.show and got is not None:
+            if commitlog is None:
+                print("rocketidx query: --show needs the CommitLog: --commitlog DIR", file=sys.stderr)
+                return 2
+            from rocketidx.query.lookup import read_messages_at
+            table, _ = read_messages_at(commitlog, [got[0]])
+            print_messages({"topic": topic, "key": f"queue {qid} offset {offset}"}, table, as_json=a.json)
+            continue
+        print(json.dumps({"topic": topic, "queueId": qid, "queueOffset": offset, "answer": answer},
+                         ensure_ascii=False))
+    return 0
+
+
+def _store_commitlog(path: str) -> str | None:
+    """The CommitLog beside a broker store's consumequeue, or the one a build output was built from."""
+    import os
+    from rocketidx.output.target import open_manifest
+    if os.path.isdir(os.path.join(path, "commitlog")):
+        return os.path.join(path, "commitlog")
+    m = open_manifest(path) if os.path.isdir(path) else None
+    return m.header.get("commitlog") if m is not None else None

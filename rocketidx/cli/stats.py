@@ -31,7 +31,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stats", help="index health and sizing statistics (in process or on Spark)",
                               description="How full each file is, chain lengths, key-hash collisions, hot keys, "
                                           "traffic per time bucket, and the hashSlotNum/indexNum that fit it.")
-    p.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    p.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    p.add_argument("--consumequeue", help="ConsumeQueue statistics instead: per topic and queue the files, entries, "
+                                          "slots and blank slots (with --commitlog, first and last store time); a "
+                                          "build output, a broker store or a consumequeue directory")
     p.add_argument("--commitlog", help="CommitLog (or store) directory: topics, key strings, true collisions")
     p.add_argument("--json", action="store_true", help="print one JSON object (summary and every table)")
     from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP
@@ -53,8 +56,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_stats(a) -> int:
+    if bool(a.index) == bool(a.consumequeue):
+        print("rocketidx stats: give --index DIR or --consumequeue DIR", file=sys.stderr)
+        return 2
     try:
-        return _run(a)
+        return _queues(a) if a.consumequeue else _run(a)
     except RocketIdxError as e:
         print(f"rocketidx stats: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
@@ -245,3 +251,21 @@ def print_stats(summary: dict, tables: dict, out=None) -> None:
             p(f"  targets: mean chain <= {t.get('target_mean_chain')}, files/day <= {t.get('target_files_per_day')}; "
               "predictions assume hashes spread evenly over slots")
         p(format_table(rows, columns) if rows else "  (none)")
+
+
+def _queues(a) -> int:
+    """``stats --consumequeue``: one row per queue, in this process (a queue's files are small, one at a time)."""
+    from rocketidx.output.open import consumequeue_dir
+    from rocketidx.stats.queues import QUEUE_COLUMNS, queue_stats
+    summary, rows = queue_stats(consumequeue_dir(a.consumequeue), a.commitlog)
+    if a.json:
+        print(json.dumps({"summary": summary, "queues": rows}))
+        return 0
+    print(f"consumequeue: {summary['consumequeue']}: {summary['topics']} topics, {summary['queues']} queues, "
+          f"{summary['files']} files, {summary['entries']:,} entries, {summary['blank_slots']:,} blank slots")
+    heads = {"first_store_time_ms": "first stored (UTC)", "last_store_time_ms": "last stored (UTC)"}
+    columns = [(c, heads.get(c, c.replace("_", " ")), "s" if c == "topic" else "") for c in QUEUE_COLUMNS
+               if a.commitlog or "time" not in c]
+    shown = [{**r, **{k: _utc(r[k]) for k in ("first_store_time_ms", "last_store_time_ms") if r.get(k)}} for r in rows]
+    print(format_table(shown, columns))
+    return 0

@@ -10,6 +10,11 @@ from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
 
 
 def cmd_verify(a) -> int:
+    if bool(a.index) == bool(a.consumequeue):
+        print("rocketidx verify: give --index DIR or --consumequeue DIR", file=sys.stderr)
+        return 2
+    if a.consumequeue:
+        return _verify_queues(a)
     from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
     from rocketidx.verify.report import VerifyReport
     pre = VerifyReport()
@@ -88,7 +93,9 @@ def add_parser(sub) -> None:
                        description="Check IndexFiles (a build output or a broker's store/index): headers, slots and "
                                    "chains; with --commitlog also that every entry points at a message carrying its "
                                    "key and that every key of the log is indexed. Exit 1 when problems are found.")
-    v.add_argument("--index", required=True, help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    v.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    v.add_argument("--consumequeue", help="check ConsumeQueue files instead: a build output, a broker store, or a "
+                                          "consumequeue directory; the files alone, or with --commitlog every entry")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
     v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
@@ -99,3 +106,30 @@ def add_parser(sub) -> None:
     v.add_argument("--master", default=None, help="check on Spark with this master")
     v.add_argument("--spark-conf", default=None, help="Spark settings and break-even (default conf/spark.json)")
     v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")
+
+
+def _verify_queues(a) -> int:
+    """``verify --consumequeue``: in this process so far (a Spark flag is refused)."""
+    from rocketidx.output.open import consumequeue_dir
+    from rocketidx.verify.queues import verify_consumequeues
+    if a.spark or spark_flag_misused(a, "verify --consumequeue", "the index (ConsumeQueues are checked in process "
+                                     "so far)", ("master", "spark_conf", "split_bytes")):
+        if a.spark:
+            print("rocketidx verify: --consumequeue is checked in this process so far, not with --spark",
+                  file=sys.stderr)
+        return 2
+    report = verify_consumequeues(consumequeue_dir(a.consumequeue), a.commitlog, check_crc=not a.no_crc)
+    if a.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        checked = f"{report.entries_checked:,} entries in the files"
+        if report.expected_entries is not None:
+            checked += f"; the CommitLog dispatches {report.expected_entries:,}"
+        print(checked)
+        if report.clean:
+            print("clean: no problems found")
+        else:
+            print("problems: " + ", ".join(f"{k} {v}" for k, v in sorted(report.counts.items())))
+            for p in report.problems:
+                print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
+    return 0 if report.clean else 1

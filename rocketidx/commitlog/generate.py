@@ -32,6 +32,7 @@ class GenConfig:
     segment_bytes: int = 64 * 1024**2
     body_bytes: int = 300
     topics: int = 4
+    queues: int = 8  # queues per topic (QUEUEID 0..queues-1)
     keys_per_message: int = 2
     span_ms: int = 24 * 3_600_000
     start_ms: int = 1_700_000_000_000
@@ -49,11 +50,25 @@ class GenConfig:
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
             raise ConfigError("segment_bytes", self.segment_bytes, "must be at least 4096")
+        if self.queues < 1:
+            raise ConfigError("queues", self.queues, "must be at least 1")
         if self.clock_steps < 0 or self.clock_back_ms < 0:
             raise ConfigError("clock_steps", (self.clock_steps, self.clock_back_ms), "must not be negative")
 
 
 _BLANK = struct.Struct(">iI")
+# What the generator's bytes are, beyond its settings: 2 = queue offsets counted per (topic, queue) as a broker
+# counts them (transaction halves and rollbacks take none). A cached store of another format is stale.
+GEN_FORMAT = 2
+
+
+def same_store(marker: Path, cfg: GenConfig) -> bool:
+    """Whether ``generator.json`` says its store is what ``cfg`` makes today (settings and format alike)."""
+    try:
+        info = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    return info.get("format") == GEN_FORMAT and info.get("config") == asdict(cfg)
 
 
 def _topics(cfg: GenConfig) -> list[bytes]:
@@ -123,7 +138,7 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
     distinct = cfg.distinct_keys or max(1, n // 2)
     key_ids = rng.integers(0, distinct, (n, max(1, cfg.keys_per_message)))
     tags = rng.integers(0, 6, n)
-    queue_ids = rng.integers(0, 8, n)
+    queue_ids = rng.integers(0, cfg.queues, n)
     step = cfg.span_ms / max(1, n)
     store_ts = cfg.start_ms + (np.arange(n) * step).astype(np.int64) + rng.integers(0, 3, n)
     if cfg.clock_steps and cfg.clock_back_ms:
@@ -174,9 +189,14 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
             segments += 1
             f = open(commitlog / f"{base:020d}", "wb")
             pos = 0
-        qkey = (int(topic_i[i]), int(queue_ids[i]))
-        qoff = queue_offsets.get(qkey, 0)
-        queue_offsets[qkey] = qoff + 1
+        # A broker's queue offsets count per (topic, queue), and only messages that enter a ConsumeQueue take
+        # one: a prepared or rolled-back transaction record carries QUEUEOFFSET 0 (DefaultAppendMessageCallback).
+        qkey = (-1 if is_v2 else int(topic_i[i]), int(queue_ids[i]))
+        if tx[i] and int(tx_kind[i]) in (L.SYSFLAG_TX_PREPARED, L.SYSFLAG_TX_ROLLBACK):
+            qoff = 0
+        else:
+            qoff = queue_offsets.get(qkey, 0)
+            queue_offsets[qkey] = qoff + 1
         buf += L.RECORD_PREFIX_STRUCT.pack(total, L.MAGIC_V2 if is_v2 else L.MAGIC_V1, pool_crc[body_i[i]], int(queue_ids[i]), 0,
                            qoff, base + pos, sys_flag, int(born_ts[i]))
         buf += born6b if born6[i] else born4
@@ -196,6 +216,6 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
     f.truncate(seg_size)
     f.close()
     info = {"store": str(out), "segments": segments, "segment_bytes": seg_size, "messages": records,
-            "end_offset": base + pos, "config": asdict(cfg)}
+            "end_offset": base + pos, "config": asdict(cfg), "format": GEN_FORMAT}
     (Path(out) / "generator.json").write_text(json.dumps(info, indent=2) + "\n")
     return info

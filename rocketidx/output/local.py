@@ -21,7 +21,8 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.index.writer import FileInfo
-from rocketidx.output.manifest import (CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile)
+from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX,
+                                       Manifest, ManifestFile)
 from rocketidx.index.windows import assign_file_names
 import rocketidx.interrupts as interrupts
 from rocketidx.storage import is_uri, join_uri
@@ -147,7 +148,7 @@ def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz,
         os.rename(src, staging / INDEX_DIR / name)
         rows.append(ManifestFile.committed(f, name))
     for extra in staging.iterdir():
-        if extra.name != INDEX_DIR:
+        if extra.name not in (INDEX_DIR, CONSUMEQUEUE_DIR):
             shutil.rmtree(extra, ignore_errors=True)
     written = Manifest.build(manifest, rows)
     _write_atomic(staging / MANIFEST, written.to_json())
@@ -160,6 +161,11 @@ def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz,
     for link in (INDEX_DIR, MANIFEST):
         if not (out / link).is_symlink():
             _symlink_atomic(f"{CURRENT}/{link}", out / link)
+    queues = (staging / CONSUMEQUEUE_DIR).is_dir()
+    if queues and not (out / CONSUMEQUEUE_DIR).is_symlink():
+        _symlink_atomic(f"{CURRENT}/{CONSUMEQUEUE_DIR}", out / CONSUMEQUEUE_DIR)
+    elif not queues and (out / CONSUMEQUEUE_DIR).is_symlink():
+        (out / CONSUMEQUEUE_DIR).unlink()  # this build wrote no ConsumeQueue: no link into nothing
     fsync_dir(out)
     _write_atomic(out / SUCCESS, "")
     if previous and previous != staging.name:

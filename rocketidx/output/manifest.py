@@ -27,6 +27,7 @@ from rocketidx.errors import StoreLayoutError
 
 MANIFEST = "_manifest.json"  # OUT/_manifest.json
 INDEX_DIR = "index"  # OUT/index/<files>
+CONSUMEQUEUE_DIR = "consumequeue"  # OUT/consumequeue/<topic>/<queueId>/<files>
 # Where a build output's committed version is named (rocketidx.output.local writes them, every reader follows them):
 VERSION_PREFIX = ".v-"  # OUT/.v-<id>/: one build's files and manifest
 CURRENT = "current"  # the local layout's pointer: a symlink to the version directory

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from rocketidx.errors import StoreLayoutError
 from rocketidx.index.reader import IndexFile, infer_sizes
 import rocketidx.layout as L
-from rocketidx.output.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, Manifest, version_named
+from rocketidx.consumequeue.reader import ConsumeQueues
+from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, Manifest,
+                                       version_named)
 import rocketidx.storage as storage
 
 SIZE_SOURCES = ("argument", "manifest", "files", "default")  # where a size comes from, first found wins
@@ -122,3 +124,51 @@ def open_index_dir(path: str | os.PathLike, hash_slot_num: int | None = None, in
                              if v))
     (hs, hs_from), (n, n_from) = resolved
     return IndexDir(str(directory), tuple(names), hs, n, hs_from, n_from, manifest)
+
+
+def open_consumequeues(path: str | os.PathLike, commitlog: str | os.PathLike | None = None) -> ConsumeQueues:
+    """The ConsumeQueues under ``path`` as a restarted broker loads them: a build output (its manifest gives
+    the CommitLog's first offset), a broker store (its ``commitlog/`` gives it), or a bare ``consumequeue``
+    directory, which needs ``commitlog``. A given ``commitlog`` wins: lookups depend on its first offset."""
+    from rocketidx.commitlog.segments import list_segments
+    p = storage.normalize(path)
+    if storage.is_remote(p):
+        raise StoreLayoutError(storage.redact(p), "ConsumeQueues are read from a local path so far")
+    if not os.path.isdir(p):
+        raise StoreLayoutError(p, "no such directory")
+    pinned = _pinned(p)
+    manifest = Manifest.read(pinned)
+    queues_dir, min_offset = None, None
+    if manifest is not None:
+        info = manifest.header.get("consumequeues")
+        if info is None:
+            raise StoreLayoutError(p, "a build output without ConsumeQueues (build it with --targets consumequeue)")
+        queues_dir, min_offset = os.path.join(pinned, CONSUMEQUEUE_DIR), info["commitlog_min_offset"]
+    elif os.path.isdir(os.path.join(p, CONSUMEQUEUE_DIR)):
+        queues_dir = os.path.join(p, CONSUMEQUEUE_DIR)
+        if commitlog is None and os.path.isdir(os.path.join(p, "commitlog")):
+            commitlog = os.path.join(p, "commitlog")
+    else:
+        queues_dir = p
+    if commitlog is not None:
+        segments = list_segments(commitlog)
+        min_offset = segments[0].base_offset if segments else 0
+    if min_offset is None:
+        raise StoreLayoutError(p, "a bare consumequeue directory: give --commitlog, whose first offset decides "
+                                  "which entries a restarted broker still serves")
+    return ConsumeQueues(queues_dir, min_offset)
+
+
+def consumequeue_dir(path: str | os.PathLike) -> str:
+    """The ``consumequeue`` directory of a build output (its committed version's), of a broker store, or the
+    directory itself."""
+    p = storage.normalize(path)
+    if storage.is_remote(p):
+        raise StoreLayoutError(storage.redact(p), "ConsumeQueues are read from a local path so far")
+    if not os.path.isdir(p):
+        raise StoreLayoutError(p, "no such directory")
+    pinned = _pinned(p)
+    inside = os.path.join(pinned, CONSUMEQUEUE_DIR)
+    if Manifest.read(pinned) is not None and not os.path.isdir(inside):
+        raise StoreLayoutError(p, "a build output without ConsumeQueues (build it with --targets consumequeue)")
+    return inside if os.path.isdir(inside) else p

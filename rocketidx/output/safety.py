@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rocketidx.errors import ConfigError, UnsafeOutputError
-from rocketidx.output.manifest import CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX
+from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX
 import rocketidx.storage as storage
 
 # A broker store's own entries (spec index-build.md §1). ``index`` counts only as a real directory
@@ -36,9 +36,10 @@ INDEX_FILE_NAME = re.compile(r"^\d{17}$")  # yyyyMMddHHmmssSSS
 
 # What a rocketidx output may hold: its pointer, links, versions, lock, marker and time index, and the
 # temporary names a killed commit can leave (output.py writes "<name>.tmp" and "<name>.tmp-<id>").
-OWN_NAMES = frozenset({".lock", CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, "_SUCCESS", "_timeindex"})
-OWN_PREFIXES = (VERSION_PREFIX, f"{CURRENT}.tmp", f"{CURRENT_FILE}.tmp", f"{INDEX_DIR}.tmp", f"{MANIFEST}.tmp",
-                "_SUCCESS.tmp")
+OWN_NAMES = frozenset({".lock", CURRENT, CURRENT_FILE, INDEX_DIR, CONSUMEQUEUE_DIR, MANIFEST, "_SUCCESS",
+                       "_timeindex"})
+OWN_PREFIXES = (VERSION_PREFIX, f"{CURRENT}.tmp", f"{CURRENT_FILE}.tmp", f"{INDEX_DIR}.tmp", f"{CONSUMEQUEUE_DIR}.tmp",
+                f"{MANIFEST}.tmp", "_SUCCESS.tmp")
 TIME_INDEX_SUFFIXES = (".tix", ".tix.tmp")
 
 
@@ -89,7 +90,7 @@ def check_output_dir(out: str) -> None:
     if not p.is_dir():
         return  # new (created by the build), or a file (the build's own error names it)
     foreign = sorted(n for n in os.listdir(p) if n not in OWN_NAMES and not n.startswith(OWN_PREFIXES))
-    foreign += [n for n in (INDEX_DIR, MANIFEST) if (p / n).exists() and not (p / n).is_symlink()]
+    foreign += [n for n in (INDEX_DIR, CONSUMEQUEUE_DIR, MANIFEST) if (p / n).exists() and not (p / n).is_symlink()]
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         raise UnsafeOutputError(out, f"--out is a directory that is not a rocketidx output (it holds {shown}): "
@@ -120,18 +121,23 @@ def check_range(from_offset: int | None, to_offset: int | None, from_time_ms: in
 
 @dataclass(frozen=True)
 class BuildKind:
-    """What makes two builds the same kind: the CommitLog directory, the range, the window and the sizes."""
+    """What makes two builds the same kind: the CommitLog directory, the range, the window, the sizes, and
+    the targets with the queue file size (a build that would drop a target the output holds is another kind)."""
 
     commitlog: str | None
     filters: dict
     window_ms: int
     hash_slot_num: int
     index_num: int
+    targets: tuple[str, ...] = ("index",)
+    queue_file_size: int | None = None  # with the consumequeue target
 
     @classmethod
     def of_manifest(cls, header) -> BuildKind:
+        queues = header.get("consumequeues")
         return cls(header.get("commitlog"), dict(header.get("filters") or {}), header.get("window_ms"),
-                   header.get("hash_slot_num"), header.get("index_num"))
+                   header.get("hash_slot_num"), header.get("index_num"), tuple(header.get("targets") or ("index",)),
+                   queues.get("file_size") if queues else None)
 
     def differences(self, other: BuildKind) -> list[str]:
         """How ``other`` (the output's build) differs from this one, in words; empty when it does not."""
@@ -145,6 +151,12 @@ class BuildKind:
         for name in ("hash_slot_num", "index_num"):
             if getattr(self, name) != getattr(other, name):
                 said.append(f"{name} {getattr(other, name)} (this build: {getattr(self, name)})")
+        dropped = [t for t in other.targets if t not in self.targets]
+        if dropped:
+            said.append(f"targets {','.join(other.targets)} (this build writes {','.join(self.targets)}, "
+                        f"dropping {','.join(dropped)})")
+        if "consumequeue" in self.targets and other.queue_file_size not in (None, self.queue_file_size):
+            said.append(f"ConsumeQueue files of {other.queue_file_size} bytes (this build: {self.queue_file_size})")
         return said
 
 

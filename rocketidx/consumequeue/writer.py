@@ -1,0 +1,162 @@
+"""Dispatched records -> ConsumeQueue files: ``<dir>/<topic>/<queueId>/<20-digit fileFromOffset>``.
+
+In: batches of :class:`rocketidx.commitlog.dispatch.Dispatched` in CommitLog order, and the queue file size
+(``mappedFileSizeConsumeQueue`` rounded up to 20 bytes). Out: each queue's files, and a :class:`QueueInfo`
+per queue for the manifest.
+
+Stays true: every file is created at full size, zeros past what is written, as the broker preallocates
+them, and holds exactly the bytes ``putMessagePositionInfo`` writes for the same records
+(:mod:`rocketidx.consumequeue.placement` decides where each entry lands); a topic that is not one safe
+directory name is a typed error naming its record, never a path outside the directory; files are
+written with positional writes and synced by :meth:`ConsumeQueueWriter.close`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import rocketidx.layout as L
+from rocketidx.commitlog.dispatch import Dispatched
+from rocketidx.commitlog.segments import Segment
+from rocketidx.consumequeue.placement import UNIT, QueueState, place
+from rocketidx.errors import TopicNameError
+
+MAX_TOPIC_BYTES = 255  # a file name's limit here, and a topic's in RocketMQ (TopicValidator)
+
+
+def file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: the file's first logical offset, 20 digits."""
+    return f"{offset:0{L.CQ_NAME_DIGITS}d}"
+
+
+def check_topic(topic: str, seg: Segment, position: int) -> None:
+    """A topic becomes a directory name: refuse one that is not a single safe path component."""
+    raw = topic.encode("utf-8", "surrogatepass")
+    why = ("empty" if not topic else "'.' or '..'" if topic in (".", "..") else "holds '/'" if "/" in topic
+           else "holds NUL" if "\x00" in topic else f"{len(raw)} bytes, over {MAX_TOPIC_BYTES}"
+           if len(raw) > MAX_TOPIC_BYTES else None)
+    if why:
+        raise TopicNameError(seg.path, position, topic, why)
+
+
+@dataclass
+class QueueInfo:
+    """One queue as written: its files oldest first, where its entries start and end (slots), and counts."""
+
+    topic: str
+    queue_id: int
+    files: list[str]
+    min_offset: int  # minLogicOffset / 20: the first slot fillPreBlank left (0 unless the queue started late)
+    max_offset: int  # written slots, blanks included (getMaxOffsetInQueue)
+    entries: int  # entries appended (blanks not counted)
+
+    def as_dict(self) -> dict:
+        return {"topic": self.topic, "queue_id": self.queue_id, "files": self.files,
+                "min_offset": self.min_offset, "max_offset": self.max_offset, "entries": self.entries}
+
+
+class _Queue:
+    def __init__(self, directory: str, file_size: int):
+        self.directory = directory
+        self.state = QueueState(file_size)
+        self.created = 0  # end of the files created on disk
+
+    def _create_files(self) -> None:
+        st, f = self.state, self.state.file_size
+        if self.created == 0:
+            os.makedirs(self.directory, exist_ok=True)
+            self.created = st.first_file
+        while self.created < st.files_end:
+            fd = os.open(os.path.join(self.directory, file_name(self.created)), os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                         0o644)
+            try:
+                os.ftruncate(fd, f)
+            finally:
+                os.close(fd)
+            self.created += f
+
+    def write(self, at: int, data: bytes | memoryview) -> None:
+        """``data`` at logical offset ``at``, across file boundaries."""
+        f = self.state.file_size
+        data = memoryview(data)
+        while len(data):
+            base = at - at % f
+            n = min(len(data), base + f - at)
+            fd = os.open(os.path.join(self.directory, file_name(base)), os.O_WRONLY)
+            try:
+                written = os.pwrite(fd, data[:n], at - base)
+            finally:
+                os.close(fd)
+            if written != n:
+                raise OSError(f"{self.directory}/{file_name(base)}: short write ({written} of {n} bytes)")
+            at, data = at + n, data[n:]
+
+
+class ConsumeQueueWriter:
+    """Writes every queue of a CommitLog under ``directory`` (``OUT/<version>/consumequeue``)."""
+
+    def __init__(self, directory: str, file_size: int):
+        self.directory, self.file_size = directory, file_size
+        self.queues: dict[tuple[str, int], _Queue] = {}
+        self.dropped = {"repeated": 0, "below_max_physic_offset": 0}
+        self.gaps = 0
+
+    def add(self, seg: Segment, d: Dispatched) -> None:
+        """Place and write one batch's entries (CommitLog order within each queue)."""
+        if not len(d):
+            return
+        key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        for idx in np.split(order, cuts):
+            first = int(idx[0])
+            topic, qid = d.topics[int(d.topic_index[first])], int(d.queue_id[first])
+            queue = self.queues.get((topic, qid))
+            if queue is None:
+                check_topic(topic, seg, int(d.position[first]))
+                queue = self.queues[(topic, qid)] = _Queue(os.path.join(self.directory, topic, str(qid)),
+                                                            self.file_size)
+            self._put(queue, d, idx)
+
+    def _put(self, queue: _Queue, d: Dispatched, idx: np.ndarray) -> None:
+        placed = place(queue.state, d.queue_offset[idx], d.phy_offset[idx], d.size[idx])
+        self.dropped["repeated"] += placed.dropped_repeated
+        self.dropped["below_max_physic_offset"] += placed.dropped_below_max
+        self.gaps += placed.gaps
+        queue._create_files()
+        if placed.blanks:
+            blank = np.zeros(placed.blanks, L.CQ_UNIT)
+            blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
+            queue.write(placed.blank_from, blank.tobytes())
+        if len(placed.appended):
+            rows = idx[placed.appended]
+            units = np.empty(len(rows), L.CQ_UNIT)
+            units["phy_offset"] = d.phy_offset[rows]
+            units["size"] = d.size[rows]
+            units["tags_code"] = d.tags_code[rows]
+            queue.write(queue.state.write_pos - len(rows) * UNIT, units.tobytes())
+
+    def close(self) -> list[QueueInfo]:
+        """Sync every file and directory; the queues, sorted by topic and queue id."""
+        infos = []
+        for (topic, qid), q in sorted(self.queues.items()):
+            st = q.state
+            names = [file_name(o) for o in range(st.first_file, st.files_end, st.file_size)]
+            for n in names:
+                _fsync(os.path.join(q.directory, n))
+            _fsync(q.directory)
+            infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
+        for topic in {t for t, _ in self.queues}:
+            _fsync(os.path.join(self.directory, topic))
+        if self.queues:
+            _fsync(self.directory)
+        return infos
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

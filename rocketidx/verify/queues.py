@@ -1,0 +1,184 @@
+"""ConsumeQueue files (+ CommitLog) -> problems, each with its file and byte offset.
+
+In: a ``consumequeue`` directory (a build output's, a broker store's, or a bare one) and, optionally, the
+CommitLog. Out: a :class:`rocketidx.verify.report.VerifyReport` (the index verify's shape and kinds of
+count, listing and ``--json``).
+
+Without the CommitLog, the files alone (the model: Kafka's ``kafka-dump-log --index-sanity-check``):
+names (20 digits, a multiple of the file size), sizes (all one size), no file missing in a queue's
+sequence, blank slots only where ``fillPreBlank`` puts them (the start of the first file), no zero slot
+before a written one, sizes above 0, and ``commitLogOffset + size`` rising from entry to entry (step 1 of
+``putMessagePositionInfo`` drops anything else, so a broker never writes it).
+With the CommitLog, every slot against a rebuild of the same log with the same file size: a missing or
+extra queue, file or entry, a wrong field, and a dirty tail (entries at or past the log's end, which the
+broker's ``truncateDirtyLogicFiles`` would cut).
+Stays true: memory is one queue file of each side at a time, plus the rebuild on disk.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+
+import numpy as np
+
+import rocketidx.layout as L
+from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.consumequeue.writer import ConsumeQueueWriter
+from rocketidx.verify.report import VerifyReport
+
+UNIT = L.CQ_UNIT.itemsize
+_BLANK = np.array([L.CQ_BLANK], L.CQ_UNIT)[0]
+
+
+def list_queues(directory: str, report: VerifyReport) -> tuple[dict[tuple[str, str], list[int]], int]:
+    """{(topic, queueId): file offsets} under ``directory`` and the queue file size (the size most files share);
+    misnamed and missized files are problems, and left out."""
+    files: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
+    for topic in sorted(os.listdir(directory)):
+        tdir = os.path.join(directory, topic)
+        if not os.path.isdir(tdir):
+            report.add(tdir, 0, "stray-file", "a file where a topic directory belongs")
+            continue
+        for qid in sorted(os.listdir(tdir)):
+            qdir = os.path.join(tdir, qid)
+            if not os.path.isdir(qdir) or not qid.lstrip("-").isdigit():
+                report.add(qdir, 0, "stray-file", "not a queue directory (named by a decimal queue id)")
+                continue
+            got = files.setdefault((topic, qid), [])
+            for name in sorted(os.listdir(qdir)):
+                path = os.path.join(qdir, name)
+                if not (name.isdigit() and len(name) == L.CQ_NAME_DIGITS) or not os.path.isfile(path):
+                    report.add(path, 0, "name", "not a ConsumeQueue file name (20 digits)")
+                    continue
+                got.append((int(name), path, os.path.getsize(path)))
+    sizes = Counter(size for fs in files.values() for _, _, size in fs)
+    file_size = sizes.most_common(1)[0][0] if sizes else 0
+    out = {}
+    for key, fs in files.items():
+        kept = []
+        for offset, path, size in fs:
+            if size != file_size:
+                report.add(path, min(size, file_size), "file-size", f"{size} bytes, the other files {file_size}")
+            elif offset % file_size:
+                report.add(path, 0, "name", f"offset {offset} is not a multiple of the file size {file_size}")
+            else:
+                kept.append(offset)
+        for a, b in zip(kept, kept[1:]):
+            if b != a + file_size:
+                report.add(os.path.join(directory, *key, f"{a + file_size:020d}"), 0, "missing-file",
+                           f"the queue's files jump from {a} to {b}")
+        out[key] = kept
+    return out, file_size
+
+
+def _slots(directory: str, key: tuple[str, str], offsets: list[int]):
+    """(file path, file offset, slots) of each file of a queue, oldest first."""
+    for off in offsets:
+        path = os.path.join(directory, *key, f"{off:020d}")
+        with open(path, "rb") as f:
+            yield path, off, np.frombuffer(f.read(), L.CQ_UNIT)
+
+
+def _check_queue_alone(directory: str, key, offsets: list[int], report: VerifyReport) -> int:
+    """The file-only rules for one queue; returns its entries (slots neither blank nor zero)."""
+    entries, last_end, first_zero = 0, -1, None
+    for n, (path, off, u) in enumerate(_slots(directory, key, offsets)):
+        blank = (u["phy_offset"] == 0) & (u["size"] == 0x7FFFFFFF) & (u["tags_code"] == 0)
+        zero = (u["phy_offset"] == 0) & (u["size"] == 0) & (u["tags_code"] == 0)
+        used = ~blank & ~zero
+        at = np.flatnonzero(blank)
+        lead = (int(np.argmax(~blank)) if (~blank).any() else len(u)) if n == 0 else 0  # fillPreBlank's run
+        report.add(path, at[at >= lead] * UNIT, "blank", "a blank slot after the queue's first entry")
+        if first_zero is not None and used.any():
+            report.add(*first_zero, "zero-slot", "a zero slot before later entries")
+            first_zero = None
+        zeros = np.flatnonzero(zero)
+        if len(zeros) and used[zeros[0]:].any():
+            report.add(path, zeros[0] * UNIT, "zero-slot", "a zero slot before later entries")
+        elif len(zeros) and first_zero is None:
+            first_zero = (path, int(zeros[0]) * UNIT)
+        slots = np.flatnonzero(used)
+        e = u[used]
+        report.add(path, slots[e["size"] <= 0] * UNIT, "size", "an entry's size is not above 0")
+        ends = e["phy_offset"].astype(np.int64) + e["size"].astype(np.int64)
+        report.add(path, slots[ends <= np.concatenate(([last_end], ends[:-1]))] * UNIT, "order",
+                   "commitLogOffset + size does not rise past the entry before (step 1 would have dropped it)")
+        last_end = int(ends[-1]) if len(ends) else last_end
+        entries += len(slots)
+    return entries
+
+
+def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
+                         check_crc: bool = True) -> VerifyReport:
+    """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild."""
+    report = VerifyReport()
+    queues, file_size = list_queues(directory, report)
+    for key, offsets in queues.items():
+        report.entries_checked += _check_queue_alone(directory, key, offsets, report)
+    if commitlog is None or not file_size:
+        return report
+    scratch = tempfile.mkdtemp(prefix="rocketidx-cq-verify-")
+    try:
+        segments = list_segments(commitlog)
+        writer = ConsumeQueueWriter(os.path.join(scratch, "cq"), file_size)
+        reader = CommitLogReader(segments, check_crc=check_crc)
+        for seg, buf, recs in reader.record_chunks():
+            writer.add(seg, dispatch(buf, seg, recs, delays_ms))
+        built = {(q.topic, str(q.queue_id)): q for q in writer.close()}
+        log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
+        report.expected_entries = sum(q.entries for q in built.values())
+        report.covered_range = (segments[0].base_offset if segments else 0, log_end)
+        for key in sorted(set(queues) | set(built)):
+            _compare_queue(directory, os.path.join(scratch, "cq"), key, queues.get(key), built.get(key), file_size,
+                           log_end, report)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return report
+
+
+def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_size: int, log_end: int,
+                   report: VerifyReport) -> None:
+    qdir = os.path.join(directory, *key)
+    if offsets is None:
+        report.add(qdir, 0, "missing-queue", f"the CommitLog dispatches {built.entries} entries to this queue")
+        return
+    if built is None:
+        report.add(qdir, 0, "unexplained-queue", "the CommitLog dispatches nothing to this queue")
+        return
+    want = {int(n): n for n in built.files}
+    for off in offsets:
+        if off not in want:
+            u = next(_slots(directory, key, [off]))[2]
+            used = np.flatnonzero(u["size"] != 0)
+            dirty = used[u["phy_offset"][used] >= log_end]
+            path = os.path.join(qdir, f"{off:020d}")
+            report.add(path, dirty * UNIT, "dirty-tail", f"an entry at or past the CommitLog's end {log_end}")
+            report.add(path, np.setdiff1d(used, dirty) * UNIT, "extra-entry", "an entry the CommitLog does not make")
+            if not len(used):
+                report.add(path, 0, "extra-file", "a file the rebuild does not have")
+    for off in want:
+        if off not in offsets:
+            report.add(os.path.join(qdir, f"{off:020d}"), 0, "missing-file", "the rebuild has this file")
+    for off in sorted(set(offsets) & set(want)):
+        path = os.path.join(qdir, f"{off:020d}")
+        got = next(_slots(directory, key, [off]))[2]
+        exp = next(_slots(rebuilt_dir, key, [off]))[2]
+        diff = np.flatnonzero(got != exp)
+        if not len(diff):
+            continue
+        g_used, e_used = got["size"][diff] != 0, exp["size"][diff] != 0
+        dirty = diff[g_used & ~e_used & (got["phy_offset"][diff] >= log_end)]
+        extra = diff[g_used & ~e_used & (got["phy_offset"][diff] < log_end)]
+        missing = diff[~g_used & e_used]
+        wrong = diff[g_used & e_used]
+        report.add(path, dirty * UNIT, "dirty-tail", f"an entry at or past the CommitLog's end {log_end}")
+        report.add(path, extra * UNIT, "extra-entry", "an entry the CommitLog does not make here")
+        report.add(path, missing * UNIT, "missing-entry", "the CommitLog makes an entry here")
+        if len(wrong):
+            fields = [", ".join(f for f in ("phy_offset", "size", "tags_code") if got[i][f] != exp[i][f])
+                      for i in wrong[:20]]
+            report.add(path, wrong * UNIT, "wrong-field", [f"{f} differs from the CommitLog's" for f in fields])
