@@ -18,6 +18,7 @@
  *
  * scan_entries(...) does both in one pass while each record is still in cache (the build's path).
  */
+#define _GNU_SOURCE  /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -33,7 +34,8 @@ enum {
 enum {
     STOP_RANGE_END = 0, STOP_SEGMENT_END = 1, STOP_END_OF_DATA = 2, STOP_BLANK = 3, STOP_BAD_MAGIC = 4,
     STOP_BAD_SIZE = 5, STOP_FIXED_OVERRUN = 6, STOP_BODY_OVERRUN = 7, STOP_TOPICLEN_OVERRUN = 8,
-    STOP_TOPIC_OVERRUN = 9, STOP_CRC = 10, STOP_LENGTH = 11, STOP_TORN_HEADER = 12, STOP_CAPACITY = 13
+    STOP_TOPIC_OVERRUN = 9, STOP_CRC = 10, STOP_LENGTH = 11, STOP_TORN_HEADER = 12, STOP_CAPACITY = 13,
+    STOP_JAVA_CHECK = 14
 };
 
 #define MAGIC_V1 0xDAA320A7u
@@ -71,6 +73,42 @@ static void find_property(const unsigned char *s, int64_t len, const char *name,
         }
         i = piece_end + 1;
     }
+}
+
+/* Whether s[0:len] is an ASCII [+-]?[0-9]+ within [lo, hi]: what Java's parse methods surely accept. */
+static int plain_integer(const unsigned char *s, int64_t len, int64_t lo, int64_t hi) {
+    int64_t i = 0, neg = 0;
+    if (len > 0 && (s[0] == '+' || s[0] == '-')) { neg = s[0] == '-'; i = 1; }
+    if (i >= len || len - i > 19) return 0;
+    uint64_t v = 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (neg) return v <= (uint64_t)(-(lo + 1)) + 1;
+    return v <= (uint64_t)hi;
+}
+
+/* The two parses of checkMessageAndReturnSize that can throw on a well-formed record: DELAY on
+ * SCHEDULE_TOPIC_XXXX (Integer.parseInt) and, with both present, INNER_BASE (Long.parseLong) and
+ * INNER_NUM (Short.parseShort). A value these surely accept passes here; any other (a bad one, or Unicode
+ * digits Java accepts) is judged by the Python reference, so the rule lives in one place. */
+static int needs_java_check(const unsigned char *r, int64_t topic_pos, int64_t topic_len, int64_t props_pos,
+                            int64_t props_len) {
+    const unsigned char *ps = r + props_pos;
+    int64_t vp, vl, bp, bl;
+    if (topic_len == 19 && memcmp(r + topic_pos, "SCHEDULE_TOPIC_XXXX", 19) == 0) {
+        find_property(ps, props_len, "DELAY", 5, &vp, &vl);
+        if (vp >= 0 && !plain_integer(ps + vp, vl, INT32_MIN, INT32_MAX)) return 1;
+    }
+    if (props_len >= 11 && memmem(ps, (size_t)props_len, "INNER_", 6) != NULL) {
+        find_property(ps, props_len, "INNER_NUM", 9, &vp, &vl);
+        find_property(ps, props_len, "INNER_BASE", 10, &bp, &bl);
+        if (vp >= 0 && bp >= 0 && !(plain_integer(ps + bp, bl, INT64_MIN, INT64_MAX)
+                                     && plain_integer(ps + vp, vl, -32768, 32767)))
+            return 1;
+    }
+    return 0;
 }
 
 /* Check the record at p as CommitLog.checkMessageAndReturnSize(checkCRC) does and fill its row.
@@ -154,6 +192,7 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
     row[REC_TAGS_LEN] = vl;
     row[REC_PHY] = (int64_t)(((uint64_t)be32(r + 28) << 32) | be32(r + 32));
     row[REC_STORE_TS] = (int64_t)(((uint64_t)be32(r + PREFIX + born_w) << 32) | be32(r + PREFIX + born_w + 4));
+    if (needs_java_check(r, topic_pos, topic_len, props_pos, props_len)) return STOP_JAVA_CHECK;
     return 0;
 }
 

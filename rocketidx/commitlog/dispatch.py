@@ -15,7 +15,6 @@ Stays true (``../shared/spec/consume-queue.md`` §3-4):
 """
 from __future__ import annotations
 
-import unicodedata
 from typing import NamedTuple
 
 import numpy as np
@@ -26,7 +25,7 @@ import rocketidx.layout as L
 from rocketidx.arrays import binary_array, gather_ranges
 from rocketidx.commitlog.columns import decode_java_utf8
 from rocketidx.commitlog.keys import java_string_hash
-from rocketidx.commitlog.records import gather_at, property_ranges
+from rocketidx.commitlog.records import gather_at, java_parse_integer, property_ranges
 from rocketidx.commitlog.segments import Segment
 from rocketidx.errors import ConfigError, CorruptRecordError
 
@@ -49,24 +48,8 @@ def delay_levels_ms(table: str) -> tuple[int, ...]:
 
 
 def java_parse_int(s: str) -> int | None:
-    """Java ``Integer.parseInt(s)``, or None where it throws: an optional sign, then one or more Unicode
-    decimal digits of the BMP (``３`` is 3, ``𝟑`` is two surrogates), within the int range; no whitespace,
-    no underscores."""
-    if not s:
-        return None
-    sign, digits = (-1, s[1:]) if s[0] == "-" else (1, s[1:]) if s[0] == "+" else (1, s)
-    if not digits:
-        return None
-    value = 0
-    for ch in digits:
-        if ord(ch) > 0xFFFF:  # Java sees two surrogate chars, neither a digit (𝟑 does not parse)
-            return None
-        d = unicodedata.decimal(ch, None)
-        if d is None:
-            return None
-        value = value * 10 + d
-    value *= sign
-    return value if -2**31 <= value < 2**31 else None
+    """Java ``Integer.parseInt(s)``, or None where it throws (:func:`rocketidx.commitlog.records.java_parse_integer`)."""
+    return java_parse_integer(s, 32)
 
 
 DEFAULT_DELAYS_MS = delay_levels_ms(L.DEFAULT_DELAY_LEVELS)
@@ -140,10 +123,8 @@ def _delayed(seg: Segment, u8: np.ndarray, recs: np.ndarray, scheduled: np.ndarr
     for i in np.flatnonzero(found):
         raw = bytes(data[start[i]:start[i] + length[i]])
         level = java_parse_int(raw.decode("utf-8", "replace"))
-        if level is None:
-            raise CorruptRecordError(seg.path, int(sub[i, L.REC_POS]),
-                                     f"DELAY {raw!r} is not a Java int: the broker's recovery stops reading "
-                                     "at this record (reading past it is not supported yet)")
+        if level is None:  # the record check stops reading before such a record; a guard, not a path
+            raise CorruptRecordError(seg.path, int(sub[i, L.REC_POS]), f"DELAY {raw!r} is not a Java int")
         if level > 0:
             out[rows[i]] = store_ts[rows[i]] + delays_ms[min(level, len(delays_ms)) - 1]
     return out

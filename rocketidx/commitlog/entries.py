@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from rocketidx.commitlog.columns import records_to_batch
 from rocketidx.commitlog.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
 from rocketidx.commitlog.native import kernel, use_native
-from rocketidx.commitlog.records import KERNEL_MORE, kernel_stop, scan_records
+from rocketidx.commitlog.records import KERNEL_JAVA_CHECK, KERNEL_MORE, check_records, kernel_stop, scan_records
 from rocketidx.commitlog.segments import Segment
 from rocketidx.errors import RocketIdxError
 import rocketidx.layout as L
@@ -199,6 +199,13 @@ def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: boo
         if n:
             recs = out[:n].copy()
             yield recs, ebuf.batch(buf, recs, m)
+        if code == KERNEL_JAVA_CHECK:  # one record for the Python rules to judge (rocketidx.commitlog.records)
+            one, stop = check_records(buf, seg, np.array([p], np.int64), check_crc=check_crc)
+            if stop is not None:
+                return stop
+            yield one, entries_from_records(buf, seg, one, native=False)
+            p += int(one[0, L.REC_TOTAL])
+            continue
         if code == KERNEL_MORE:
             if n == 0:  # one record has more keys than the entry buffers hold
                 ebuf.grow(ebuf.capacity * 2)

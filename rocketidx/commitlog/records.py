@@ -23,6 +23,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import unicodedata
 import zlib
 from array import array
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from rocketidx.arrays import gather_ranges
+from rocketidx.commitlog.keys import java_utf8_decode
 from rocketidx.commitlog.native import kernel, use_native
 from rocketidx.commitlog.segments import Segment
 import rocketidx.layout as L
@@ -385,7 +387,14 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     props_len = recs[:, L.REC_PROPS_LEN]
     data, offs = gather_ranges(u8, recs[:, L.REC_PROPS_POS], props_len)
     offs = offs.astype(np.int64)
-    ranges = property_ranges(data, offs, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS])
+    ranges = property_ranges(data, offs, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS, L.PROPERTY_DELAY,
+                                          L.PROPERTY_INNER_NUM, L.PROPERTY_INNER_BASE])
+    thrown = _java_parses(u8, recs, data, offs, ranges)
+    if thrown is not None:  # the broker's check throws here: reading stops at this record, as at a bad CRC
+        k, why = thrown
+        stop = ReadStop(seg.path, seg.base_offset, int(recs[k, L.REC_POS]), STOP_CORRUPT, why)
+        recs, offs = recs[:k], offs[:k + 1]
+        ranges = {name: tuple(a[:k] for a in r) for name, r in ranges.items()}
     for name, pos_col, len_col in ((L.PROPERTY_KEYS, L.REC_KEYS_POS, L.REC_KEYS_LEN),
                                    (L.PROPERTY_UNIQ_KEY, L.REC_UNIQ_POS, L.REC_UNIQ_LEN),
                                    (L.PROPERTY_TAGS, L.REC_TAGS_POS, L.REC_TAGS_LEN)):
@@ -395,11 +404,65 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     return recs, stop
 
 
+def java_parse_integer(s: str, bits: int = 32) -> int | None:
+    """Java's ``Integer.parseInt`` (``bits`` 32), ``Long.parseLong`` (64) or ``Short.parseShort`` (16), or
+    None where it throws: an optional sign, then one or more Unicode decimal digits of the BMP (``３`` is 3;
+    ``𝟑`` is two surrogate chars, neither a digit), within the range; no whitespace, no underscores."""
+    if not s:
+        return None
+    sign, digits = (-1, s[1:]) if s[0] == "-" else (1, s[1:]) if s[0] == "+" else (1, s)
+    if not digits:
+        return None
+    value = 0
+    for ch in digits:
+        d = unicodedata.decimal(ch, None) if ord(ch) <= 0xFFFF else None
+        if d is None:
+            return None
+        value = value * 10 + d
+    value *= sign
+    return value if -(1 << (bits - 1)) <= value < (1 << (bits - 1)) else None
+
+
+_SCHEDULE_TOPIC = L.SCHEDULE_TOPIC.encode()
+
+
+def _java_parse_problem(topic: bytes, delay: bytes | None, inner_num: bytes | None, inner_base: bytes | None
+                        ) -> str | None:
+    """Why ``checkMessageAndReturnSize`` would throw on a well-formed record's properties, or None."""
+    if topic == _SCHEDULE_TOPIC and delay is not None and java_parse_integer(java_utf8_decode(delay)) is None:
+        return f"DELAY {java_utf8_decode(delay)!r} on {L.SCHEDULE_TOPIC} is not a Java int (Integer.parseInt throws)"
+    if inner_num is not None and inner_base is not None:
+        if java_parse_integer(java_utf8_decode(inner_base), 64) is None:
+            return f"INNER_BASE {java_utf8_decode(inner_base)!r} is not a Java long (Long.parseLong throws)"
+        if java_parse_integer(java_utf8_decode(inner_num), 16) is None:
+            return f"INNER_NUM {java_utf8_decode(inner_num)!r} is not a Java short (Short.parseShort throws)"
+    return None
+
+
+def _java_parses(u8: np.ndarray, recs: np.ndarray, data: np.ndarray, offs: np.ndarray, ranges: dict
+                 ) -> tuple[int, str] | None:
+    """The first record whose DELAY (schedule topic) or INNER_NUM/INNER_BASE Java cannot parse: (row, why)."""
+    def value(name: str, i: int) -> bytes | None:
+        found, start, length = ranges[name]
+        return bytes(data[start[i]:start[i] + length[i]]) if found[i] else None
+
+    sched = recs[:, L.REC_TOPIC_LEN] == len(_SCHEDULE_TOPIC)
+    inner = ranges[L.PROPERTY_INNER_NUM][0] & ranges[L.PROPERTY_INNER_BASE][0]
+    for i in np.flatnonzero((sched & ranges[L.PROPERTY_DELAY][0]) | inner):
+        topic = bytes(u8[recs[i, L.REC_TOPIC_POS]:recs[i, L.REC_TOPIC_POS] + recs[i, L.REC_TOPIC_LEN]])
+        why = _java_parse_problem(topic, value(L.PROPERTY_DELAY, i), value(L.PROPERTY_INNER_NUM, i),
+                                  value(L.PROPERTY_INNER_BASE, i))
+        if why:
+            return int(i), why
+    return None
+
+
 _NATIVE_STOPS = {
     2: STOP_END_OF_DATA, 3: STOP_BLANK, 4: STOP_CORRUPT, 5: STOP_CORRUPT, 6: STOP_CORRUPT, 7: STOP_CORRUPT,
     8: STOP_CORRUPT, 9: STOP_CORRUPT, 10: STOP_CORRUPT, 11: STOP_CORRUPT, 12: STOP_CORRUPT,
 }
 KERNEL_MORE = 13  # the kernel's output buffer is full: the next chunk starts at its stop position
+KERNEL_JAVA_CHECK = 14  # a record whose DELAY or INNER_* value the kernel leaves to check_records to judge
 
 
 def kernel_stop(buf, seg: Segment, pos: int, code: int, a: int, b: int) -> ReadStop:
@@ -441,7 +504,13 @@ def scan_records(buf, seg: Segment, start: int, end: int, *, check_crc: bool = T
             n, p, code, a, b = kernel.scan(buf, seg.size, seg.base_offset, p, end, check_crc, out)
             if n:
                 yield out[:n].copy()
-            if code != KERNEL_MORE:
+            if code == KERNEL_JAVA_CHECK:
+                one, stop = check_records(buf, seg, np.array([p], np.int64), check_crc=check_crc)
+                if stop is not None:
+                    return stop
+                yield one
+                p += int(one[0, L.REC_TOTAL])
+            elif code != KERNEL_MORE:
                 return kernel_stop(buf, seg, p, code, a, b)
     p = start
     while True:

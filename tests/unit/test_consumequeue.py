@@ -24,10 +24,10 @@ from rocketidx.errors import ConfigError, TopicNameError
 from rocketidx.output.open import open_consumequeues
 
 CQ_CASES = [c for c in GOLDEN_CASES if (c / "expected" / "cq-manifest.json").exists()]
-# The rules the golden cases skip, with RocketMQ's own answers (tests/reference/cq-spec/README.md). The s10
-# cases (reading stops at an unparsable DELAY or INNER_NUM/INNER_BASE) wait for that rule in the record check.
+# The rules the golden cases skip, with RocketMQ's own answers (tests/reference/cq-spec/README.md); the s10
+# cases stop reading at a DELAY or INNER_NUM/INNER_BASE that Java cannot parse.
 SPEC = Path(__file__).resolve().parents[1] / "reference" / "cq-spec"
-SPEC_CASES = sorted(p for p in SPEC.glob("s0*") if (p / "case.json").exists()) if SPEC.exists() else []
+SPEC_CASES = sorted(p for p in SPEC.glob("s[0-9]*") if (p / "case.json").exists()) if SPEC.exists() else []
 
 
 def cq_manifest(case: Path) -> dict:
@@ -61,7 +61,9 @@ def test_every_spec_case_gives_rocketmqs_files_and_answers(case, tmp_path):
     c = json.loads((case / "case.json").read_text())
     config = BuildConfig(timezone="UTC", targets=("consumequeue",), cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"],
                          delay_levels=c.get("messageDelayLevel") or BuildConfig().delay_levels)
-    build_index(case / "commitlog", tmp_path / "out", config)
+    _, summary = build_index(case / "commitlog", tmp_path / "out", config)
+    stop = cq_manifest(case)["parse"]["stop"]  # "<segment> + <offset> (abs <phy>): <why>"
+    assert summary.stop["phy_offset"] == int(stop.split("abs ")[1].split(")")[0])
     got, want = tree(tmp_path / "out" / "consumequeue"), tree(case / "expected" / "consumequeue")
     assert sorted(got) == sorted(want)
     assert [k for k in want if got[k] != want[k]] == []
@@ -75,7 +77,7 @@ def test_every_spec_case_gives_rocketmqs_files_and_answers(case, tmp_path):
 
 
 def test_the_spec_cases_are_here():
-    assert len(SPEC_CASES) == 9
+    assert len(SPEC_CASES) == 15
 
 
 @pytest.mark.parametrize("case", CQ_CASES[:2], ids=lambda c: c.name)
@@ -293,3 +295,18 @@ def test_queue_statistics_from_the_command_line(tmp_path, capsys):
     assert all(r["first_store_time_ms"] <= r["last_store_time_ms"] for r in got["queues"] if r["entries"])
     assert main(["stats", "--consumequeue", str(case / "expected" / "consumequeue")]) == 0
     assert "queues" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", [c for c in SPEC_CASES if c.name.startswith("s10")], ids=lambda c: c.name)
+def test_reading_stops_at_a_value_java_cannot_parse_for_the_index_too_on_both_readers(case, tmp_path):
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
+    stops = []
+    for native in (True, False):
+        reader = CommitLogReader(list_segments(case / "commitlog"), native=native)
+        records = sum(len(recs) for _, _, recs, _ in reader.entry_chunks())
+        stops.append((records, reader.stop.as_dict()))
+    assert stops[0] == stops[1]
+    assert stops[0][1]["kind"] == "corrupt" and "throws" in stops[0][1]["reason"]
+    _, summary = build_index(case / "commitlog", tmp_path / "o", BuildConfig(97, 400, 0, "UTC"))
+    assert summary.stop == stops[0][1] and summary.messages == stops[0][0]
