@@ -1,5 +1,5 @@
-"""What the commands share: the engine flags, the Spark settings they read, and the one-line refusal of a
-Spark flag where Spark does not run."""
+"""What the commands share: the engine flags, the Spark settings they read, the one-line refusal of a
+Spark flag where Spark does not run, and the broker's own properties file (``--broker-conf``)."""
 from __future__ import annotations
 
 import argparse
@@ -36,3 +36,24 @@ def spark_settings(a):
     from rocketidx.spark.session import load_spark_settings
     return load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=getattr(a, "split_bytes", None),
                                shuffle_partitions=getattr(a, "partitions", None), master=getattr(a, "master", None))
+
+
+BROKER_CONF_HELP = ("the properties file the broker was started with (mqbroker -c FILE): its maxHashSlotNum, "
+                    "maxIndexNum (and for ConsumeQueues messageDelayLevel) are used where no flag gives them")
+
+
+def add_broker_conf(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker-conf", default=None, help=BROKER_CONF_HELP)
+
+
+def apply_broker_conf(a) -> dict:
+    """Fill ``--hash-slots``/``--index-num`` from ``--broker-conf`` where no flag gave them; the broker's
+    settings (:func:`rocketidx.config.broker_settings`), or {} without the flag."""
+    if not getattr(a, "broker_conf", None):
+        return {}
+    from rocketidx.config import broker_settings
+    got = broker_settings(a.broker_conf)
+    for flag, key in (("hash_slots", "maxHashSlotNum"), ("index_num", "maxIndexNum")):
+        if hasattr(a, flag) and getattr(a, flag) is None and key in got:
+            setattr(a, flag, got[key])
+    return got

@@ -6,11 +6,13 @@ import sys
 
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 import rocketidx.layout as L
+from rocketidx.cli.common import add_broker_conf, apply_broker_conf
 import rocketidx.storage as storage
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
 
 
 def cmd_query(a) -> int:
+    apply_broker_conf(a)
     if a.consumequeue:
         return _query_queues(a)
     import pyarrow as pa
@@ -135,6 +137,7 @@ def add_parser(sub) -> None:
                         f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
+    add_broker_conf(q)
     q.add_argument("--consumequeue", help="look a queue slot up instead of a key, as a restarted broker's "
                                           "ConsumeQueue.get does: a build output, a broker store, or a consumequeue "
                                           "directory (then --commitlog too)")

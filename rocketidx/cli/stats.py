@@ -32,6 +32,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                               description="How full each file is, chain lengths, key-hash collisions, hot keys, "
                                           "traffic per time bucket, and the hashSlotNum/indexNum that fit it.")
     p.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    from rocketidx.cli.common import add_broker_conf
+    add_broker_conf(p)
     p.add_argument("--consumequeue", help="ConsumeQueue statistics instead: per topic and queue the files, entries, "
                                           "slots and blank slots (with --commitlog, first and last store time); a "
                                           "build output, a broker store or a consumequeue directory")
@@ -56,6 +58,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_stats(a) -> int:
+    from rocketidx.cli.common import apply_broker_conf
+    apply_broker_conf(a)
     if bool(a.index) == bool(a.consumequeue):
         print("rocketidx stats: give --index DIR or --consumequeue DIR", file=sys.stderr)
         return 2

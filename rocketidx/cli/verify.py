@@ -4,17 +4,18 @@ from __future__ import annotations
 import json
 import sys
 
-from rocketidx.cli.common import spark_flag_misused, spark_settings
+from rocketidx.cli.common import add_broker_conf, apply_broker_conf, spark_flag_misused, spark_settings
 import rocketidx.storage as storage
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
 
 
 def cmd_verify(a) -> int:
+    broker = apply_broker_conf(a)
     if bool(a.index) == bool(a.consumequeue):
         print("rocketidx verify: give --index DIR or --consumequeue DIR", file=sys.stderr)
         return 2
     if a.consumequeue:
-        return _verify_queues(a)
+        return _verify_queues(a, broker)
     from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
     from rocketidx.verify.report import VerifyReport
     pre = VerifyReport()
@@ -94,6 +95,7 @@ def add_parser(sub) -> None:
                                    "chains; with --commitlog also that every entry points at a message carrying its "
                                    "key and that every key of the log is indexed. Exit 1 when problems are found.")
     v.add_argument("--index", help="build output, or a directory of IndexFiles (store/index); a path or a URI")
+    add_broker_conf(v)
     v.add_argument("--consumequeue", help="check ConsumeQueue files instead: a build output, a broker store, or a "
                                           "consumequeue directory; the files alone, or with --commitlog every entry")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
@@ -108,7 +110,7 @@ def add_parser(sub) -> None:
     v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")
 
 
-def _verify_queues(a) -> int:
+def _verify_queues(a, broker: dict) -> int:
     """``verify --consumequeue``: in this process so far (a Spark flag is refused)."""
     from rocketidx.output.open import consumequeue_dir
     from rocketidx.verify.queues import verify_consumequeues
@@ -118,7 +120,10 @@ def _verify_queues(a) -> int:
             print("rocketidx verify: --consumequeue is checked in this process so far, not with --spark",
                   file=sys.stderr)
         return 2
-    report = verify_consumequeues(consumequeue_dir(a.consumequeue), a.commitlog, check_crc=not a.no_crc)
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
+    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
+    report = verify_consumequeues(consumequeue_dir(a.consumequeue), a.commitlog, check_crc=not a.no_crc,
+                                  delays_ms=delays)
     if a.json:
         print(json.dumps(report.as_dict()))
     else:

@@ -310,3 +310,14 @@ def test_reading_stops_at_a_value_java_cannot_parse_for_the_index_too_on_both_re
     assert stops[0][1]["kind"] == "corrupt" and "throws" in stops[0][1]["reason"]
     _, summary = build_index(case / "commitlog", tmp_path / "o", BuildConfig(97, 400, 0, "UTC"))
     assert summary.stop == stops[0][1] and summary.messages == stops[0][0]
+
+
+def test_a_custom_delay_table_from_the_brokers_conf_gives_rocketmqs_tags_codes(tmp_path):
+    case = SPEC / "s02-delay-levels-custom-table"
+    size = str(cq_manifest(case)["mappedFileSizeConsumeQueue"])
+    base = ["build", "--commitlog", str(case / "commitlog"), "--targets", "consumequeue", "--cq-file-size", size]
+    assert main(base + ["--out", str(tmp_path / "conf"), "--broker-conf", str(case / "broker.conf")]) == 0
+    assert tree(tmp_path / "conf" / "consumequeue") == tree(case / "expected" / "consumequeue")
+    assert main(base + ["--out", str(tmp_path / "default")]) == 0  # without it: the broker's default table
+    assert tree(tmp_path / "default" / "consumequeue") == tree(SPEC / "s01-delay-levels-default" / "expected" /
+                                                                 "consumequeue")

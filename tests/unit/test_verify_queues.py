@@ -130,3 +130,12 @@ def test_the_command_line_reports_and_exits_1(tmp_path, capsys):
     assert report["counts"] == {"wrong-field": 1} and "tags_code" in report["problems"][0]["detail"]
     assert report["problems"][0]["offset"] == 5 * UNIT
     assert main(["verify", "--consumequeue", str(root), "--index", str(root)]) == 2
+
+
+def test_a_custom_delay_table_needs_the_brokers_conf_to_verify_clean(capsys):
+    case = Path(__file__).resolve().parents[1] / "reference" / "cq-spec" / "s02-delay-levels-custom-table"
+    args = ["verify", "--consumequeue", str(case / "expected" / "consumequeue"), "--commitlog", str(case / "commitlog")]
+    assert main(args + ["--broker-conf", str(case / "broker.conf"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["clean"]
+    assert main(args + ["--json"]) == 1  # the default table gives the delayed messages other tagsCodes
+    assert set(json.loads(capsys.readouterr().out)["counts"]) == {"wrong-field"}
