@@ -72,8 +72,10 @@ class Dispatched(NamedTuple):
         return len(self.queue_id)
 
 
-_QUEUE_ID_AT = L.RECORD_PREFIX.fields["queue_id"][1]
-_QUEUE_OFFSET_AT = L.RECORD_PREFIX.fields["queue_offset"][1]
+# QUEUEID, FLAG, QUEUEOFFSET lie together in the record's prefix: one gather reads the two it needs.
+_QUEUE_AT = L.RECORD_PREFIX.fields["queue_id"][1]
+_QUEUE_FIELDS = np.dtype([("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8")])
+assert L.RECORD_PREFIX.fields["queue_offset"][1] == _QUEUE_AT + 8
 
 
 def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> Dispatched:
@@ -90,9 +92,8 @@ def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = D
     if L.SCHEDULE_TOPIC in topics:
         scheduled = topic_index == topics.index(L.SCHEDULE_TOPIC)
         tags_code = _delayed(seg, u8, recs, scheduled, store_ts, tags_code, delays_ms)
-    return Dispatched(topics, topic_index,
-                      gather_at(u8, P + _QUEUE_ID_AT, np.dtype(">i4")).astype(np.int32),
-                      gather_at(u8, P + _QUEUE_OFFSET_AT, np.dtype(">i8")).astype(np.int64),
+    queue = gather_at(u8, P + _QUEUE_AT, _QUEUE_FIELDS)
+    return Dispatched(topics, topic_index, queue["queue_id"].astype(np.int32), queue["queue_offset"].astype(np.int64),
                       recs[:, L.REC_PHY].astype(np.int64), recs[:, L.REC_TOTAL].astype(np.int32), tags_code,
                       P.astype(np.int64))
 
