@@ -99,7 +99,9 @@ class ConsumeQueueWriter:
     def __init__(self, directory: str, file_size: int):
         self.directory, self.file_size = directory, file_size
         self.queues: dict[tuple[str, int], _Queue] = {}
-        self.dropped = {"repeated": 0, "below_max_physic_offset": 0}
+        # What the rules dropped, and the records outside the contract: a negative QUEUEOFFSET would name a
+        # file by a negative offset in the broker; it is skipped here and counted (spec §5).
+        self.dropped = {"repeated": 0, "below_max_physic_offset": 0, "negative_queue_offset": 0}
         self.gaps = 0
 
     def add(self, seg: Segment, d: Dispatched) -> None:
@@ -120,6 +122,12 @@ class ConsumeQueueWriter:
             self._put(queue, d, idx)
 
     def _put(self, queue: _Queue, d: Dispatched, idx: np.ndarray) -> None:
+        negative = d.queue_offset[idx] < 0
+        if negative.any():
+            self.dropped["negative_queue_offset"] += int(negative.sum())
+            idx = idx[~negative]
+            if not len(idx):
+                return
         placed = place(queue.state, d.queue_offset[idx], d.phy_offset[idx], d.size[idx])
         self.dropped["repeated"] += placed.dropped_repeated
         self.dropped["below_max_physic_offset"] += placed.dropped_below_max

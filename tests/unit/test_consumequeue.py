@@ -321,3 +321,18 @@ def test_a_custom_delay_table_from_the_brokers_conf_gives_rocketmqs_tags_codes(t
     assert main(base + ["--out", str(tmp_path / "default")]) == 0  # without it: the broker's default table
     assert tree(tmp_path / "default" / "consumequeue") == tree(SPEC / "s01-delay-levels-default" / "expected" /
                                                                  "consumequeue")
+
+
+def test_a_negative_queue_offset_is_skipped_and_counted(tmp_path):
+    import shutil
+    case = CQ_CASES[0]
+    shutil.copytree(case / "commitlog", tmp_path / "commitlog")
+    first = sorted((tmp_path / "commitlog").iterdir())[0]
+    with open(first, "r+b") as f:  # the first record's QUEUEOFFSET (prefix byte 20); the body CRC does not cover it
+        f.seek(20)
+        f.write((-5).to_bytes(8, "big", signed=True))
+    _, summary = build_index(tmp_path / "commitlog", tmp_path / "o",
+                             BuildConfig(timezone="UTC", targets=("consumequeue",), cq_file_size=1280))
+    assert summary.consumequeue["dropped"]["negative_queue_offset"] == 1
+    assert summary.consumequeue["entries"] == cq_manifest(case)["dispatch"]["dispatched"] - 1
+    assert all(not p.name.startswith("-") for p in (tmp_path / "o" / "consumequeue").resolve().rglob("*"))
