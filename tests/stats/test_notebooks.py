@@ -19,7 +19,7 @@ pytestmark = pytest.mark.spark
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 FIGURES = ["entries_over_time", "fill", "chain_lengths", "slot_occupancy", "hot_keys", "collisions", "sizing",
-           "topics"]
+           "topics", "entries_per_queue"]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # No spark.ui.showConsoleProgress here: a session the notebooks start keeps the progress bar off itself.
 QUIET = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
