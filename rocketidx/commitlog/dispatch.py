@@ -25,7 +25,8 @@ import rocketidx.layout as L
 from rocketidx.arrays import binary_array, gather_ranges
 from rocketidx.commitlog.columns import decode_java_utf8
 from rocketidx.commitlog.keys import java_string_hash
-from rocketidx.commitlog.records import gather_at, java_parse_integer, property_ranges
+from rocketidx.commitlog.records import gather_at, property_ranges
+from rocketidx.commitlog.javaparse import java_parse_integer
 from rocketidx.commitlog.segments import Segment
 from rocketidx.errors import ConfigError, CorruptRecordError
 
@@ -48,7 +49,7 @@ def delay_levels_ms(table: str) -> tuple[int, ...]:
 
 
 def java_parse_int(s: str) -> int | None:
-    """Java ``Integer.parseInt(s)``, or None where it throws (:func:`rocketidx.commitlog.records.java_parse_integer`)."""
+    """Java ``Integer.parseInt(s)``, or None where it throws (:func:`rocketidx.commitlog.javaparse.java_parse_integer`)."""
     return java_parse_integer(s, 32)
 
 

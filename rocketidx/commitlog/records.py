@@ -23,21 +23,19 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import unicodedata
 import zlib
 from array import array
 from dataclasses import dataclass
 from typing import Iterator
-
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rocketidx.arrays import gather_ranges
-from rocketidx.commitlog.keys import java_utf8_decode
 from rocketidx.commitlog.native import kernel, use_native
 from rocketidx.commitlog.segments import Segment
 import rocketidx.layout as L
 from rocketidx.storage import is_uri
+from rocketidx.commitlog.javaparse import first_thrown
 
 
 STOP_END_OF_DATA = "end_of_data"  # zero TOTALSIZE: reading ends for good (normally)
@@ -394,7 +392,7 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     offs = offs.astype(np.int64)
     ranges = property_ranges(data, offs, [L.PROPERTY_KEYS, L.PROPERTY_UNIQ_KEY, L.PROPERTY_TAGS, L.PROPERTY_DELAY,
                                           L.PROPERTY_INNER_NUM, L.PROPERTY_INNER_BASE])
-    thrown = _java_parses(u8, recs, data, offs, ranges)
+    thrown = first_thrown(u8, recs, data, offs, ranges)
     if thrown is not None:  # the broker's check throws here: reading stops at this record, as at a bad CRC
         k, why = thrown
         stop = ReadStop(seg.path, seg.base_offset, int(recs[k, L.REC_POS]), STOP_CORRUPT, why)
@@ -407,59 +405,6 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
         recs[:, pos_col] = np.where(found, recs[:, L.REC_PROPS_POS] + vstart - offs[:-1], 0)
         recs[:, len_col] = np.where(found, vlen, -1)
     return recs, stop
-
-
-def java_parse_integer(s: str, bits: int = 32) -> int | None:
-    """Java's ``Integer.parseInt`` (``bits`` 32), ``Long.parseLong`` (64) or ``Short.parseShort`` (16), or
-    None where it throws: an optional sign, then one or more Unicode decimal digits of the BMP (``３`` is 3;
-    ``𝟑`` is two surrogate chars, neither a digit), within the range; no whitespace, no underscores."""
-    if not s:
-        return None
-    sign, digits = (-1, s[1:]) if s[0] == "-" else (1, s[1:]) if s[0] == "+" else (1, s)
-    if not digits:
-        return None
-    value = 0
-    for ch in digits:
-        d = unicodedata.decimal(ch, None) if ord(ch) <= 0xFFFF else None
-        if d is None:
-            return None
-        value = value * 10 + d
-    value *= sign
-    return value if -(1 << (bits - 1)) <= value < (1 << (bits - 1)) else None
-
-
-_SCHEDULE_TOPIC = L.SCHEDULE_TOPIC.encode()
-
-
-def _java_parse_problem(topic: bytes, delay: bytes | None, inner_num: bytes | None, inner_base: bytes | None
-                        ) -> str | None:
-    """Why ``checkMessageAndReturnSize`` would throw on a well-formed record's properties, or None."""
-    if topic == _SCHEDULE_TOPIC and delay is not None and java_parse_integer(java_utf8_decode(delay)) is None:
-        return f"DELAY {java_utf8_decode(delay)!r} on {L.SCHEDULE_TOPIC} is not a Java int (Integer.parseInt throws)"
-    if inner_num is not None and inner_base is not None:
-        if java_parse_integer(java_utf8_decode(inner_base), 64) is None:
-            return f"INNER_BASE {java_utf8_decode(inner_base)!r} is not a Java long (Long.parseLong throws)"
-        if java_parse_integer(java_utf8_decode(inner_num), 16) is None:
-            return f"INNER_NUM {java_utf8_decode(inner_num)!r} is not a Java short (Short.parseShort throws)"
-    return None
-
-
-def _java_parses(u8: np.ndarray, recs: np.ndarray, data: np.ndarray, offs: np.ndarray, ranges: dict
-                 ) -> tuple[int, str] | None:
-    """The first record whose DELAY (schedule topic) or INNER_NUM/INNER_BASE Java cannot parse: (row, why)."""
-    def value(name: str, i: int) -> bytes | None:
-        found, start, length = ranges[name]
-        return bytes(data[start[i]:start[i] + length[i]]) if found[i] else None
-
-    sched = recs[:, L.REC_TOPIC_LEN] == len(_SCHEDULE_TOPIC)
-    inner = ranges[L.PROPERTY_INNER_NUM][0] & ranges[L.PROPERTY_INNER_BASE][0]
-    for i in np.flatnonzero((sched & ranges[L.PROPERTY_DELAY][0]) | inner):
-        topic = bytes(u8[recs[i, L.REC_TOPIC_POS]:recs[i, L.REC_TOPIC_POS] + recs[i, L.REC_TOPIC_LEN]])
-        why = _java_parse_problem(topic, value(L.PROPERTY_DELAY, i), value(L.PROPERTY_INNER_NUM, i),
-                                  value(L.PROPERTY_INNER_BASE, i))
-        if why:
-            return int(i), why
-    return None
 
 
 _NATIVE_STOPS = {

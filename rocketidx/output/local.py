@@ -21,8 +21,7 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.index.writer import FileInfo
-from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX,
-                                       Manifest, ManifestFile)
+from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile)
 from rocketidx.index.windows import assign_file_names
 import rocketidx.interrupts as interrupts
 from rocketidx.storage import is_uri, join_uri

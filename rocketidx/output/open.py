@@ -14,8 +14,7 @@ from rocketidx.errors import StoreLayoutError
 from rocketidx.index.reader import IndexFile, infer_sizes
 import rocketidx.layout as L
 from rocketidx.consumequeue.reader import ConsumeQueues
-from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, Manifest,
-                                       version_named)
+from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, Manifest, version_named)
 import rocketidx.storage as storage
 
 SIZE_SOURCES = ("argument", "manifest", "files", "default")  # where a size comes from, first found wins
