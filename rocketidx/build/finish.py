@@ -134,9 +134,11 @@ def keep_task_time_index(tdir: str | None, segments, results: list[TaskResult], 
 
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: list[TaskResult],
                  resolved: ResolvedStops, config: BuildConfig, segments, summary: BuildSummary, *, filters: dict,
-                 name_after: str | None, t0: float, allow_empty: bool = True) -> dict:
+                 name_after: str | None, t0: float, allow_empty: bool = True, queues: dict | None = None) -> dict:
     """Validate the task results, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
 
+    ``queues``: the manifest's ``consumequeues`` (:func:`rocketidx.build.queues.build_queues`), when they
+    are a target: their files are already in ``staging``.
     ``filters``: the read's offset and time bounds (recorded in the manifest when any is set, so an
     unfiltered build's manifest equals the in-process one). ``allow_empty=False``: a range that selected
     no message raises :class:`EmptySelectionError` instead of committing an empty index (the commands'
@@ -177,6 +179,8 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
     kept = {k: v for k, v in filters.items() if v is not None}
     if kept:
         manifest["filters"] = kept
+    if queues is not None:
+        manifest["consumequeues"] = summary.consumequeue = queues
     return output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
 
 

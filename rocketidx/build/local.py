@@ -16,12 +16,15 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
+from rocketidx.build.queues import build_queues
+from rocketidx.build.results import TaskResult
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log, time_index_dir
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
@@ -123,8 +126,8 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
             summary.phy_mismatch = first_misplaced(seg, recs)
         if queues is not None:
             queues.add(seg, dispatch(buf, seg, recs, delays))
+        summary.rollback_skipped += rollback_count(recs)
         if entries is not None:
-            summary.rollback_skipped += rollback_count(recs)
             positions = entry_positions(buf, seg, recs, entries)
             drop = first_entries_mask(entries, start_offset, skip_entries, positions)
             if drop is not None:
@@ -161,6 +164,9 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     :func:`finish_build`.
     """
     remote = storage.is_remote(out)
+    if remote and config.consumequeue:
+        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
+                                                              "not to a URI")
     with built_here(out) as target:
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
                                from_time_ms=from_time_ms, to_time_ms=to_time_ms,
@@ -184,17 +190,24 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
         staging = output.new_staging()
         try:
             figures: dict = {}
-            # One task owns every window: no strays, no resync.
-            plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
-            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
-                                  time_blocks=collect_blocks(tdir, segments, spec, plan))
-            ran = run_direct(plan, segments, local_job(spec, params), figures) if plan.tasks else \
-                ([], resolve_stops(plan.skipped), 0)
-            if ran is None:
-                raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
+            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
+            ran = None
+            if config.index:
+                # One task owns every window: no strays, no resync.
+                plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
+                params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
+                ran = run_direct(plan, segments, local_job(spec, params), figures) if plan.tasks else \
+                    ([], resolve_stops(plan.skipped), 0)
+                if ran is None:
+                    raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
+            queues = None
+            if config.consumequeue:  # a range's queues: what a broker fed only this range writes (spec §5)
+                queues = build_queues(segments, spec, config, staging.path)
+                ran = ran or ([TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits)
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,
-                                    name_after=None, t0=t0, allow_empty=allow_empty)
+                                    name_after=None, t0=t0, allow_empty=allow_empty,
+                                    queues=None if queues is None else queues.manifest)
         except BaseException:
             output.discard(staging)
             raise

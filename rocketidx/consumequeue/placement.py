@@ -119,3 +119,82 @@ def _put_one(state: QueueState, q: int, phy: int, size: int, out: Placed) -> boo
     state.entries += 1
     state.max_phy = phy + size  # step 7
     return True
+
+
+# --- runs: the same rules, a run of records at a time -----------------------------------------------------
+#
+# A split's read knows each record's QUEUEOFFSET but not the queue's state when its records arrive (that
+# depends on every earlier split). Cut into runs whose records the rules treat alike, a queue's records
+# are placed from a few numbers per run, in order, and the records themselves go wherever their slots
+# say, by any task. A run is a maximal stretch of one queue's records, in CommitLog order, whose entry
+# ends (phy + size) strictly increase and whose QUEUEOFFSETs either count up by one, none of them 0
+# (CONSECUTIVE), or are all 0 (ZERO: steps 3 and 4 skip them). On a clean log a queue is one run per split.
+
+CONSECUTIVE, ZERO = 0, 1
+
+
+def find_runs(q: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Where runs start in one queue's records (``q`` QUEUEOFFSETs, ``end`` = phy + size, CommitLog
+    order): indexes, the first always 0 (empty for no record)."""
+    if not len(q):
+        return np.zeros(0, np.int64)
+    zero = q == 0
+    brk = (zero[1:] != zero[:-1]) | (end[1:] <= end[:-1]) | (~zero[1:] & (q[1:] != q[:-1] + 1))
+    return np.concatenate(([0], np.flatnonzero(brk) + 1)).astype(np.int64)
+
+
+@dataclass
+class RunsPlaced:
+    """Where each run's records land: ``skip[r]`` of them (from its start) make no entry, the next
+    ``count[r]`` take the slots from ``slot[r]`` on, one after the other; the rest of the run make no entry
+    either (never: a run's records after its first appended one are all appended)."""
+
+    skip: np.ndarray
+    slot: np.ndarray
+    count: np.ndarray
+    blanks: int = 0
+    blank_from: int = 0
+    dropped_repeated: int = 0
+    dropped_below_max: int = 0
+    gaps: int = 0
+
+
+def place_runs(state: QueueState, kind: np.ndarray, q0: np.ndarray, n: np.ndarray, first_end: np.ndarray,
+               last_end: np.ndarray, ends_of) -> RunsPlaced:
+    """Place a queue's next runs (see above) exactly as :func:`place` would their records; ``state`` is
+    updated in place. ``ends_of(r)``: run ``r``'s entry ends, asked for only when its first end is not past
+    the queue's ``maxPhysicOffset`` (records a replayed or rewritten log repeats; rare)."""
+    runs = len(n)
+    out = RunsPlaced(np.zeros(runs, np.int64), np.zeros(runs, np.int64), np.zeros(runs, np.int64))
+    f = state.file_size
+    for r in range(runs):
+        k1 = 0
+        if first_end[r] <= state.max_phy:  # step 1 drops a prefix: ends increase within a run
+            k1 = int(np.searchsorted(np.asarray(ends_of(r)), state.max_phy, side="right"))
+            out.dropped_below_max += k1
+            if k1 >= n[r]:
+                out.skip[r] = n[r]
+                continue
+        m = int(n[r]) - k1
+        qa = int(q0[r]) + k1 if kind[r] == CONSECUTIVE else 0
+        if state.first_file is None:  # steps 2 and 3 for the queue's first record
+            expect = qa * UNIT
+            state.first_file = state.write_pos = expect - expect % f
+            state.files_end = state.first_file + f
+            if qa != 0:
+                out.blanks = (expect - state.first_file) // UNIT
+                out.blank_from = state.first_file
+                state.write_pos = state.min_offset = expect
+        elif state.write_pos == state.files_end:  # step 2, for the run's first record that reaches it
+            state.files_end += f
+        k2 = 0
+        if kind[r] == CONSECUTIVE:
+            w = state.write_pos // UNIT
+            k2 = min(m, w - qa) if qa < w else 0  # step 4 drops those below the write position
+            out.dropped_repeated += k2
+            if qa + k2 != w:  # appended past their slots (k2 == 0 here): every one a gap
+                out.gaps += m - k2
+        out.skip[r], out.slot[r], out.count[r] = k1 + k2, state.write_pos // UNIT, m - k2
+        if m - k2:
+            _append_run(state, m - k2, int(last_end[r]))
+    return out

@@ -30,12 +30,17 @@ def file_name(offset: int) -> str:
     return f"{offset:0{L.CQ_NAME_DIGITS}d}"
 
 
+def topic_problem(topic: str) -> str | None:
+    """Why a topic cannot be one queue directory name (a single safe path component), or None."""
+    raw = topic.encode("utf-8", "surrogatepass")
+    return ("empty" if not topic else "'.' or '..'" if topic in (".", "..") else "holds '/'" if "/" in topic
+            else "holds NUL" if "\x00" in topic else f"{len(raw)} bytes, over {MAX_TOPIC_BYTES}"
+            if len(raw) > MAX_TOPIC_BYTES else None)
+
+
 def check_topic(topic: str, seg: Segment, position: int) -> None:
     """A topic becomes a directory name: refuse one that is not a single safe path component."""
-    raw = topic.encode("utf-8", "surrogatepass")
-    why = ("empty" if not topic else "'.' or '..'" if topic in (".", "..") else "holds '/'" if "/" in topic
-           else "holds NUL" if "\x00" in topic else f"{len(raw)} bytes, over {MAX_TOPIC_BYTES}"
-           if len(raw) > MAX_TOPIC_BYTES else None)
+    why = topic_problem(topic)
     if why:
         raise TopicNameError(seg.path, position, topic, why)
 
@@ -150,14 +155,16 @@ class ConsumeQueueWriter:
         infos = []
         for (topic, qid), q in sorted(self.queues.items()):
             st = q.state
+            if st.first_file is None:  # every record of it had a negative QUEUEOFFSET: no file, no queue
+                continue
             names = [file_name(o) for o in range(st.first_file, st.files_end, st.file_size)]
             for n in names:
                 _fsync(os.path.join(q.directory, n))
             _fsync(q.directory)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
-        for topic in {t for t, _ in self.queues}:
+        for topic in {q.topic for q in infos}:
             _fsync(os.path.join(self.directory, topic))
-        if self.queues:
+        if infos:
             _fsync(self.directory)
         return infos
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import partial
 
 from rocketidx.build.direct import WriterParams, collect_blocks, plan_tasks, run_direct
@@ -36,7 +36,7 @@ from rocketidx.build.finish import finish_build, keep_task_time_index, time_inde
 from rocketidx.build.results import WRITER_ROWS, TaskResult, from_rows, ranges_of
 from rocketidx.build.summary import BuildSummary
 from rocketidx.commitlog.segments import list_segments
-from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES, plan_splits, resolve_stops
+from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES, SplitSpec, plan_splits, resolve_stops
 from rocketidx.commitlog.timeindex import AUTO
 from rocketidx.config import BuildConfig
 from rocketidx.errors import ConfigError, RocketIdxError
@@ -46,6 +46,7 @@ from rocketidx.output.local import TASKS_DIR
 from rocketidx.output.remote import RemoteOutput
 from rocketidx.output.target import open_output
 from rocketidx.spark.sources.commitlog import SOURCE_NAME, SourceOptions, register
+from rocketidx.spark.tasks import typed_task_errors
 from rocketidx.spark.writer import write_partition
 import rocketidx.storage as storage
 
@@ -138,6 +139,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     t0 = time.monotonic()
     commitlog, out = storage.normalize(commitlog), storage.normalize(out)
     output = open_output(out)
+    if config.consumequeue and storage.is_remote(out):
+        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
+                                                              "not to a URI")
     from_offset = _checked(from_offset, start_offset, split_bytes, shuffle_partitions)
     segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
     if spark is None:
@@ -158,19 +162,26 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         staging = output.new_staging()
         try:
             t_job = time.monotonic()
-            ran, plan_figures, blocks = None, {}, 0
-            if not shuffle and segments and not any(storage.is_remote(s.path) for s in segments):
-                # Probing needs random access: a remote CommitLog goes by the shuffle plan.
-                ran, blocks = _try_direct(spark, opts, output, staging, config, segments, shuffle_partitions, tdir,
-                                          plan_figures)
-            mode = "shuffle" if ran is None else "direct"
-            if ran is None:
-                ran = _run(spark, opts, output, staging, config, n, segments)
+            ran, plan_figures, blocks, mode = None, {}, 0, "queues"
+            if config.index:
+                if not shuffle and segments and not any(storage.is_remote(s.path) for s in segments):
+                    # Probing needs random access: a remote CommitLog goes by the shuffle plan.
+                    ran, blocks = _try_direct(spark, opts, output, staging, config, segments, shuffle_partitions,
+                                              tdir, plan_figures)
+                mode = "shuffle" if ran is None else "direct"
+                if ran is None:
+                    ran = _run(spark, opts, output, staging, config, n, segments)
+            queues = None
+            if config.consumequeue:
+                queues = _build_queues(spark, segments, opts, config, staging.path, n)
+                if ran is None:
+                    ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, splits = ran
             t_job = time.monotonic() - t_job
             t_commit = time.monotonic()
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,
-                                    name_after=name_after, t0=t0, allow_empty=allow_empty)
+                                    name_after=name_after, t0=t0, allow_empty=allow_empty,
+                                    queues=None if queues is None else queues.manifest)
             t_commit = time.monotonic() - t_commit
         except BaseException as e:
             if interrupts.caught(e) is not None:  # tasks may still be writing into the staged version
@@ -183,6 +194,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         summary.time_index = plan_figures.get("time_index")
         keep_task_time_index(tdir, segments, results, blocks if mode == "direct" else 0, summary, config.check_crc)
     figures = _figures(mode, results, splits, n, plan_figures, t_job, t_commit)
+    if queues is not None:
+        figures["consumequeue"] = _queue_figures(queues)
+        figures["peak_worker_rss_mb"] = max(figures["peak_worker_rss_mb"], figures["consumequeue"]["peak_worker_rss_mb"])
     if stats is not None:
         stats.update(figures)
     log.info("spark build: %s, %d files in %.2fs", figures, summary.files, summary.wall_s)
@@ -227,12 +241,60 @@ def _figures(mode: str, results: list[TaskResult], splits: int, n: int, plan_fig
     infos = ranges_of(results)
     rss = [i.worker_rss_kb for i in infos] + [r.worker_rss_kb for r in results]
     read_cpu = sum(i.cpu_ms for i in infos) / 1000
-    return {"mode": mode, "splits": splits, "partitions": n if mode == "shuffle" else plan_figures["tasks"],
+    return {"mode": mode, "splits": splits, "partitions": plan_figures["tasks"] if mode == "direct" else n,
             **(plan_figures if mode == "direct" else {k: v for k, v in plan_figures.items() if k == "time_index"}),
             "job_s": round(t_job, 3), "commit_s": round(t_commit, 3),
             "peak_worker_rss_mb": round(max(rss, default=0) / 1024, 1),
             "python_read_cpu_s": round(read_cpu, 2),
             "python_cpu_s": round(sum(r.cpu_ms for r in results) / 1000 + (read_cpu if mode == "shuffle" else 0), 2)}
+
+
+# --- the ConsumeQueues: splits read in parallel, runs placed here, files written in parallel ------------
+
+def _build_queues(spark, segments, opts: SourceOptions, config: BuildConfig, staging: str, n: int):
+    """:func:`rocketidx.build.queues.build_queues` with Spark running the reads (a task per split) and the
+    writes (``n`` tasks)."""
+    from rocketidx.build.queues import build_queues
+    spec = SplitSpec(**{f.name: getattr(opts, f.name) for f in fields(SplitSpec)})
+    return build_queues(segments, spec, config, staging, partial(_queue_job, spark, _queue_reads),
+                        partial(_queue_job, spark, _queue_writes), n)
+
+
+def _queue_job(spark, task, items, *args):
+    sc = spark.sparkContext
+    sc.setJobDescription(f"rocketidx build (consumequeue {task.__name__.strip('_')}): {len(items)} tasks")
+    try:
+        with typed_task_errors():
+            return sc.parallelize(items, len(items)).mapPartitions(partial(task, args=args)).collect()
+    finally:
+        sc.setJobDescription(None)
+
+
+def _queue_reads(splits, args):
+    from pyspark import TaskContext
+
+    from rocketidx.build.queues import read_task
+    from rocketidx.spark.tasks import task_setup
+    task_setup()
+    ctx = TaskContext.get()
+    for split in splits:
+        yield read_task(split, *args, attempt=ctx.taskAttemptId() if ctx else 0)
+
+
+def _queue_writes(groups, args):
+    from rocketidx.build.queues import write_task
+    from rocketidx.spark.tasks import task_setup
+    task_setup()
+    for group in groups:
+        yield write_task(group, *args)
+
+
+def _queue_figures(queues) -> dict:
+    rss = [r.worker_rss_kb for r in queues.reads] + [w["worker_rss_kb"] for w in queues.writes]
+    return {"splits": queues.splits, "write_tasks": len(queues.writes),
+            "peak_worker_rss_mb": round(max(rss, default=0) / 1024, 1),
+            "python_cpu_s": round((sum(r.cpu_ms for r in queues.reads) + sum(w["cpu_ms"] for w in queues.writes))
+                                  / 1000, 2)}
 
 
 def _direct_job(spark, tasks, what: str, *, opts: SourceOptions, params: WriterParams, **kw) -> list[TaskResult]:

@@ -4,6 +4,7 @@ restarted broker's lookup answers; the placement rules against a literal transcr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +13,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refdata import GOLDEN_CASES
+from scenarios import Rec, lay_segment, write_segments
 
-from rocketidx.build.local import build_index
+from rocketidx.build.local import build_index, build_index_range
+from rocketidx.build.queues import build_queues
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.commitlog.splits import SplitSpec
 from rocketidx.cli import main
 from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms, java_parse_int
 from rocketidx.commitlog.segments import Segment
 from rocketidx.config import BuildConfig
-from rocketidx.consumequeue.placement import UNIT, QueueState, place
+from rocketidx.consumequeue.placement import UNIT, QueueState, find_runs, place, place_runs
 from rocketidx.consumequeue.writer import check_topic
 from rocketidx.errors import ConfigError, TopicNameError
 from rocketidx.output.open import open_consumequeues
@@ -154,6 +159,43 @@ def test_placement_equals_the_rules_record_by_record(records, file_size, cuts):
         (first_file, files_end, write, min_off)
 
 
+@settings(max_examples=300, deadline=None)
+@given(records=queue_records(), file_size=st.sampled_from([20, 60, 200, 1280]), cuts=st.lists(st.integers(1, 59)))
+def test_placing_runs_equals_the_rules_record_by_record(records, file_size, cuts):
+    """What the Spark build does: each split cuts its records of a queue into runs, and the driver places the
+    runs in order from a few numbers each; the slots must be the record-by-record rules' slots."""
+    slots, first_file, files_end, write, min_off = reference(records, file_size)
+    arr = np.asarray(records, np.int64)
+    q, end = arr[:, 0], arr[:, 1] + arr[:, 2]
+    bounds = [0] + sorted(c for c in set(cuts) if c < len(records)) + [len(records)]
+    starts = np.concatenate([a + find_runs(q[a:b], end[a:b]) for a, b in zip(bounds, bounds[1:])])
+    stops = np.append(starts[1:], len(records))
+    assert all((np.diff(end[a:b]) > 0).all() for a, b in zip(starts, stops))  # what a run promises
+    kind = (q[starts] == 0).astype(np.int64)
+    asked = []
+
+    def ends_of(r):
+        asked.append(r)
+        return end[starts[r]:stops[r]]
+
+    state = QueueState(file_size)
+    placed = place_runs(state, kind, q[starts], stops - starts, end[starts], end[stops - 1], ends_of)
+    got: dict[int, tuple | None] = {placed.blank_from + k * UNIT: None for k in range(placed.blanks)}
+    for r, a in enumerate(starts):
+        assert placed.skip[r] + placed.count[r] in (0, stops[r] - a) or placed.count[r] == 0
+        for k in range(placed.count[r]):
+            i = a + placed.skip[r] + k
+            got[(placed.slot[r] + k) * UNIT] = (int(arr[i, 1]), int(arr[i, 2]))
+    assert got == slots
+    assert (state.first_file, state.files_end, state.write_pos, state.min_offset) == \
+        (first_file, files_end, write, min_off)
+    record_state = QueueState(file_size)
+    one = place(record_state, q, arr[:, 1], arr[:, 2])
+    assert (placed.dropped_repeated, placed.dropped_below_max, placed.gaps, state.entries) == \
+        (one.dropped_repeated, one.dropped_below_max, one.gaps, record_state.entries)
+    assert all(end[starts[r]] <= end[:starts[r]].max(initial=-1) for r in asked)  # only where step 1 may drop
+
+
 def test_a_full_last_file_gets_a_successor_even_when_the_record_is_dropped():
     state = QueueState(60)  # 3 slots a file
     place(state, np.array([0, 1, 2]), np.array([0, 10, 20]), np.array([10, 10, 10]))
@@ -231,13 +273,75 @@ def test_a_bare_consumequeue_directory_needs_the_commitlog(tmp_path, capsys):
                  str(case / "commitlog"), "--topic", "T", "--queue-id", "0", "--queue-offset", "0"]) == 0
 
 
-def test_consumequeues_on_spark_or_for_a_range_are_refused_for_now(tmp_path, capsys):
+def test_a_range_builds_what_a_broker_fed_only_that_range_writes(tmp_path):
+    """From an offset on, the queues start late: each first file blank-filled up to its first entry (spec §5
+    step 3); the split-wise range build equals the record-by-record build of the same records."""
     case = CQ_CASES[0]
-    assert main(["build", "--commitlog", str(case / "commitlog"), "--out", str(tmp_path / "o"), "--targets",
-                 "consumequeue", "--from-offset", "1000"]) == 2
+    cfg = BuildConfig(timezone="UTC", targets=("consumequeue",), cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"])
+    whole, _ = build_index(case / "commitlog", tmp_path / "whole", cfg)
+    middle = whole["segments"][1]["base_offset"] + 1000
+    ranged, summary = build_index_range(case / "commitlog", tmp_path / "range", cfg, from_offset=middle)
+    same, _ = build_index(case / "commitlog", tmp_path / "same", cfg, start_offset=middle)
+    assert tree(tmp_path / "range" / "consumequeue") == tree(tmp_path / "same" / "consumequeue")
+    assert ranged["consumequeues"] == same["consumequeues"] and ranged["filters"] == {"from_offset": middle}
+    late = [q for q in ranged["consumequeues"]["queues"] if q["min_offset"] > 0]
+    assert late and all(q["max_offset"] - q["min_offset"] == q["entries"] for q in late)
+    queues = open_consumequeues(tmp_path / "range")
+    q = late[0]
+    assert queues.get(q["topic"], q["queue_id"], q["min_offset"] - 1) is None  # a blank slot answers nothing
+    assert queues.get(q["topic"], q["queue_id"], q["min_offset"]) is not None
+
+
+def test_consumequeues_into_a_uri_are_refused_for_now(tmp_path, capsys):
+    case = CQ_CASES[0]
+    assert main(["build", "--commitlog", str(case / "commitlog"), "--out", "s3://bucket/o", "--targets",
+                 "consumequeue"]) == 2
     assert "not yet" in capsys.readouterr().err
 
 
+# --- the split-wise build (what Spark runs): splits cut anywhere, files the broker's ---------------------------
+
+@pytest.mark.parametrize("split_bytes", [1000, 65536])
+@pytest.mark.parametrize("case", CQ_CASES + SPEC_CASES, ids=lambda c: c.name)
+def test_split_wise_queues_are_rocketmqs_at_any_split_size(case, split_bytes, tmp_path):
+    """Each split's runs placed on the driver and the files written from pieces give RocketMQ's files, its
+    counters and stops, whatever the split size (1000 bytes cuts most records' runs into pieces)."""
+    c = json.loads((case / "case.json").read_text())
+    config = BuildConfig(timezone="UTC", targets=("consumequeue",),
+                         cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"],
+                         delay_levels=c.get("messageDelayLevel") or BuildConfig().delay_levels)
+    one, _ = build_index(case / "commitlog", tmp_path / "one", config)
+    built = build_queues(list_segments(str(case / "commitlog")), SplitSpec(split_bytes=split_bytes), config,
+                         str(tmp_path / "staging"), write_tasks=3)
+    assert built.splits > (1 if split_bytes == 1000 else 0)
+    got, want = tree(tmp_path / "staging" / "consumequeue"), tree(case / "expected" / "consumequeue")
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []
+    assert built.manifest == one["consumequeues"]
+
+
+def test_a_bad_topic_after_the_logs_end_is_not_an_error_but_one_before_it_is(tmp_path):
+    """Only records the broker reads count: the split-wise build raises for the first bad topic of a
+    counted split, as the record-by-record build does, naming the same record."""
+    good = [Rec(queue_offset=i, body=b"x" * 150) for i in range(6)]
+    evil = Rec(topic=b"../escape", queue_offset=0, body=b"x" * 150)
+    cfg = BuildConfig(timezone="UTC", targets=("consumequeue",), cq_file_size=1280)
+    for name, records, fails in (("before", good[:3] + [evil] + good[3:], True),
+                                 ("after", good + [replace(good[0], body_crc=1), evil, evil], False)):
+        store = write_segments(tmp_path / name, [lay_segment(records)])
+        segments = list_segments(str(store / "commitlog"))
+        for split_bytes in (200, 1 << 20):
+            staging = str(tmp_path / f"{name}-{split_bytes}")
+            if fails:
+                with pytest.raises(TopicNameError, match="'../escape'") as e:
+                    build_queues(segments, SplitSpec(split_bytes=split_bytes), cfg, staging)
+                with pytest.raises(TopicNameError) as e2:
+                    build_index(store / "commitlog", tmp_path / f"o-{name}-{split_bytes}", cfg)
+                assert str(e.value) == str(e2.value) and "@ byte" in str(e.value)
+            else:
+                built = build_queues(segments, SplitSpec(split_bytes=split_bytes), cfg, staging)
+                assert built.manifest["entries"] == 6 and built.resolved.stop["kind"] == "corrupt"
+    assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
 def test_a_build_that_drops_a_target_or_changes_the_queue_file_size_needs_overwrite(tmp_path, capsys):
     case = CQ_CASES[0]
     out = str(tmp_path / "o")

@@ -1,0 +1,205 @@
+"""The split-wise ConsumeQueue build: splits read in parallel, runs placed on the driver, files written in parallel.
+
+In: the CommitLog's segments, the read's :class:`rocketidx.commitlog.splits.SplitSpec`, the
+:class:`BuildConfig`, the staging version directory (a local or mounted path every task sees), and two
+``run_*`` callables that run a list of tasks and return their results (Spark's, or :func:`in_process`).
+Out: ``STAGING/consumequeue/<topic>/<queueId>/<files>``, and a :class:`QueuesBuilt`: the manifest's
+``consumequeues`` value, the stops the reads resolve to, and the reads' :class:`RangeInfo`.
+
+The steps (:mod:`rocketidx.consumequeue.runs` holds their core):
+1. read: one task per split dispatches its records, writes their units to a piece file under ``_tasks``
+   and returns its runs (a few numbers per queue and split);
+2. the driver resolves the stops (a split after the log's end counts for nothing, as in the broker's
+   recovery) and places the counted runs queue by queue, in CommitLog order;
+3. write: tasks each write a share of the queue files, balanced by bytes.
+
+Stays true: the files equal the in-process build's (:class:`rocketidx.consumequeue.writer.ConsumeQueueWriter`)
+for the same records, at any split size; no task and not the driver ever holds a whole queue; a topic that
+cannot be a directory name fails the build, naming the first such record the broker would have read.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import pyarrow as pa
+
+from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.commitlog.readers import read_split
+from rocketidx.commitlog.segments import Segment, SegmentRange
+from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, plan_splits, resolve_stops
+from rocketidx.config import BuildConfig
+from rocketidx.consumequeue.runs import RUN_ROWS, BadTopic, FilePlan, SplitQueues, read_piece_ends, settle, write_file
+from rocketidx.errors import RocketIdxError
+from rocketidx.output.local import TASKS_DIR
+from rocketidx.output.manifest import CONSUMEQUEUE_DIR
+from rocketidx.usage import Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ReadResult:
+    """What one split's read hands the driver: its info, its runs (Arrow IPC bytes: small, picklable), the
+    records with a negative QUEUEOFFSET, the first topic that cannot be a directory, and its cost."""
+
+    split: int
+    info: RangeInfo
+    runs: bytes
+    negative: int
+    bad_topic: BadTopic | None
+    cpu_ms: int = 0
+    worker_rss_kb: int = 0
+
+    def table(self) -> pa.Table:
+        return pa.ipc.open_stream(self.runs).read_all()
+
+
+@dataclass(frozen=True)
+class ReadParams:
+    """What every read task needs; small and picklable."""
+
+    staging: str  # the version directory: pieces go under its _tasks/
+    spec: SplitSpec
+    delays_ms: tuple[int, ...]
+
+
+def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadResult:
+    """Read one split: dispatch its records, write their units to a piece of its own, return the runs."""
+    usage = Usage()
+    task_dir = f"{TASKS_DIR}/q{split.index:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
+    os.makedirs(os.path.join(params.staging, task_dir))
+    queues = SplitQueues(split.index)
+    reading = read_split(split, params.spec)
+    while True:
+        try:
+            chunk = next(reading)
+        except StopIteration as done:
+            info: RangeInfo = done.value
+            break
+        queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms))
+    piece = f"{task_dir}/units"
+    runs = queues.finish(os.path.join(params.staging, piece), piece)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, RUN_ROWS) as w:
+        w.write_table(runs)
+    return ReadResult(split.index, info, sink.getvalue(), queues.negative, queues.bad_topic, usage.cpu_ms,
+                      usage.peak_rss_kb)
+
+
+def write_task(plans: list[FilePlan], staging: str, file_size: int) -> dict:
+    """Write a share of the queue files; returns the files written and the task's cost."""
+    usage = Usage()
+    for plan in plans:
+        write_file(os.path.join(staging, CONSUMEQUEUE_DIR), staging, plan, file_size)
+    return {"files": len(plans), "cpu_ms": usage.cpu_ms, "worker_rss_kb": usage.peak_rss_kb}
+
+
+def local_reads(splits: list[SegmentRange], params: ReadParams) -> list[ReadResult]:
+    """:func:`build_queues`' ``run_reads`` in this process: the splits one after another."""
+    return [read_task(s, params) for s in splits]
+
+
+def local_writes(groups: list[list[FilePlan]], staging: str, file_size: int) -> list[dict]:
+    """:func:`build_queues`' ``run_writes`` in this process."""
+    return [write_task(g, staging, file_size) for g in groups]
+
+
+@dataclass
+class QueuesBuilt:
+    """:func:`build_queues`' answer."""
+
+    manifest: dict  # the manifest's "consumequeues"
+    resolved: ResolvedStops
+    infos: list[RangeInfo]
+    reads: list[ReadResult]
+    writes: list[dict]
+    splits: int
+
+
+def share_files(files: list[FilePlan], tasks: int) -> list[list[FilePlan]]:
+    """The files in ``tasks`` groups of about equal bytes (largest first, each to the lightest group)."""
+    groups: list[list[FilePlan]] = [[] for _ in range(max(1, min(tasks, len(files))))]
+    load = [0] * len(groups)
+    for f in sorted(files, key=lambda f: -f.bytes):
+        i = load.index(min(load))
+        groups[i].append(f)
+        load[i] += f.bytes + 1
+    return [g for g in groups if g]
+
+
+def build_queues(segments: list[Segment], spec: SplitSpec, config: BuildConfig, staging: str,
+                 run_reads: Callable[[list[SegmentRange], ReadParams], list[ReadResult]] = local_reads,
+                 run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
+                 write_tasks: int = 1) -> QueuesBuilt:
+    """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
+    docstring): ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups,
+    staging, file_size)`` :func:`write_task` on each group of file plans."""
+    params = ReadParams(staging, spec, delay_levels_ms(config.delay_levels))
+    for _ in range(2):
+        splits = plan_splits(segments, params.spec)
+        reads = run_reads(splits, params) if splits else []
+        infos = [r.info for r in reads]
+        resolved = resolve_stops(infos)
+        if not resolved.chain_breaks:
+            break
+        log.info("splits disagree on where records start (%s); rereading those segments as one split",
+                 "; ".join(map(str, resolved.chain_breaks)))
+        _remove_pieces(staging)
+        params = replace(params, spec=replace(params.spec, whole_segments=resolved.whole_segments(
+            params.spec.whole_segments)))
+    else:
+        raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
+    counted = sorted((r for r in reads if r.split in resolved.included), key=lambda r: r.split)
+    bad = next((r.bad_topic for r in counted if r.bad_topic is not None), None)
+    if bad is not None:
+        raise bad.error()
+    runs = pa.concat_tables([r.table() for r in counted]) if counted else RUN_ROWS.empty_table()
+    settled = settle(runs, config.queue_file_size, read_piece_ends(staging))
+    groups = share_files(settled.files, write_tasks)
+    writes = run_writes(groups, staging, config.queue_file_size) if groups else []
+    if sum(w["files"] for w in writes) != len(settled.files):
+        raise RocketIdxError(f"the writers wrote {sum(w['files'] for w in writes)} of {len(settled.files)} queue files")
+    _sync_dirs(os.path.join(staging, CONSUMEQUEUE_DIR), settled)
+    queues = sorted(settled.queues, key=lambda q: (q.topic, q.queue_id))
+    manifest = {"file_size": config.queue_file_size,
+                "commitlog_min_offset": segments[0].base_offset if segments else 0,
+                "queues": [q.as_dict() for q in queues], "entries": sum(q.entries for q in queues),
+                "files": sum(len(q.files) for q in queues),
+                "dropped": {"repeated": settled.dropped_repeated, "below_max_physic_offset": settled.dropped_below_max,
+                            "negative_queue_offset": sum(r.negative for r in counted)},
+                "gaps": settled.gaps}
+    return QueuesBuilt(manifest, resolved, infos, reads, writes, len(splits))
+
+
+def _remove_pieces(staging: str) -> None:
+    import shutil
+    root = os.path.join(staging, TASKS_DIR)
+    for name in os.listdir(root) if os.path.isdir(root) else []:
+        if name.startswith("q"):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _sync_dirs(root: str, settled) -> None:
+    """The files were synced by their writers; their directories, here, so the names are durable too."""
+    if not settled.queues:
+        return
+    topics = set()
+    for q in settled.queues:
+        _fsync(os.path.join(root, q.topic, str(q.queue_id)))
+        topics.add(q.topic)
+    for t in topics:
+        _fsync(os.path.join(root, t))
+    _fsync(root)
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,271 @@
+"""ConsumeQueues built split by split: each split's entries as runs, the runs placed in order, the files assembled.
+
+What the Spark build does (:mod:`rocketidx.build.queues` drives it), in three steps that need no Spark:
+
+1. :class:`SplitQueues`, in the task that reads a split: the split's dispatched records, queue by queue,
+   cut into runs (:func:`rocketidx.consumequeue.placement.find_runs`); every record's 20-byte unit goes
+   into the task's *piece* file, a run's units one after the other; out come a few numbers per run
+   (:data:`RUN_ROWS`), never an entry.
+2. :func:`settle`, on the driver: every counted split's runs, per queue in CommitLog order, through
+   :func:`rocketidx.consumequeue.placement.place_runs`: where each run's units land (slots), the queues'
+   files, counters and blank fills, as :class:`FilePlan` rows (which piece bytes go where in which file).
+3. :func:`write_file`, in any task: one queue file from its plan (blank fill, piece copies).
+
+Stays true: the files are byte for byte those :class:`rocketidx.consumequeue.writer.ConsumeQueueWriter`
+writes from the same records read in one pass (the placement tests hold ``place_runs`` to ``place``); a
+task holds one split's units at most, the driver a few numbers per run, an assembly task one copy at a
+time: no step holds a whole queue, however hot.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+import rocketidx.layout as L
+from rocketidx.commitlog.dispatch import Dispatched
+from rocketidx.commitlog.segments import Segment
+from rocketidx.consumequeue.placement import CONSECUTIVE, UNIT, ZERO, QueueState, find_runs, place_runs
+from rocketidx.consumequeue.writer import QueueInfo, file_name, topic_problem
+from rocketidx.errors import TopicNameError
+
+RUN_ROWS = pa.schema([
+    ("split", pa.int32()),  # the split's index (CommitLog order)
+    ("order", pa.int32()),  # the run's place among its queue's runs in the split
+    ("topic", pa.string()),
+    ("queue_id", pa.int32()),
+    ("kind", pa.int8()),  # placement.CONSECUTIVE or ZERO
+    ("q0", pa.int64()),  # the first record's QUEUEOFFSET
+    ("n", pa.int64()),
+    ("first_end", pa.int64()),  # phy + size of the first record, and of the last
+    ("last_end", pa.int64()),
+    ("piece", pa.string()),  # the piece file (relative to the staging directory) and where the run's units start
+    ("piece_at", pa.int64()),
+])
+
+
+@dataclass
+class BadTopic:
+    """The first record of a split whose topic cannot be a directory name (raised only if the split counts)."""
+
+    path: str
+    position: int
+    topic: str
+    why: str
+
+    def error(self) -> TopicNameError:
+        return TopicNameError(self.path, self.position, self.topic, self.why)
+
+
+class SplitQueues:
+    """One split's records, gathered per queue until the split is read (memory: the split's units)."""
+
+    def __init__(self, split: int):
+        self.split = split
+        self.parts: dict[tuple[str, int], list[np.ndarray]] = {}
+        self.negative = 0  # QUEUEOFFSET < 0: no entry, counted (spec §5)
+        self.bad_topic: BadTopic | None = None
+
+    def add(self, seg: Segment, d: Dispatched) -> None:
+        if not len(d):
+            return
+        keep = d.queue_offset >= 0
+        self.negative += int(len(keep) - np.count_nonzero(keep))
+        for t, topic in enumerate(d.topics):
+            why = topic_problem(topic)
+            if why is None:
+                continue
+            rows = np.flatnonzero(d.topic_index == t)
+            if len(rows) and (self.bad_topic is None or int(d.position[rows[0]]) < self.bad_topic.position):
+                self.bad_topic = BadTopic(seg.path, int(d.position[rows[0]]), topic, why)
+            keep &= d.topic_index != t
+        idx = np.flatnonzero(keep)
+        key = d.topic_index[idx].astype(np.int64) << 32 | (d.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
+        by_queue = np.argsort(key, kind="stable")
+        order = idx[by_queue]
+        cuts = np.flatnonzero(np.diff(key[by_queue])) + 1
+        for rows in np.split(order, cuts):
+            if not len(rows):
+                continue
+            first = int(rows[0])
+            k = (d.topics[int(d.topic_index[first])], int(d.queue_id[first]))
+            part = np.empty(len(rows), _PART)
+            part["q"] = d.queue_offset[rows]
+            part["phy_offset"] = d.phy_offset[rows]
+            part["size"] = d.size[rows]
+            part["tags_code"] = d.tags_code[rows]
+            self.parts.setdefault(k, []).append(part)
+
+    def finish(self, piece_path: str, piece_name: str) -> pa.Table:
+        """Write the units to ``piece_path`` (synced; nothing when no queue has a record) and return the runs."""
+        cols: dict[str, list] = {f.name: [] for f in RUN_ROWS}
+        if not self.parts:
+            return pa.Table.from_pydict(cols, schema=RUN_ROWS)
+        at = 0
+        with open(piece_path, "wb") as out:
+            for (topic, qid), parts in sorted(self.parts.items()):
+                recs = np.concatenate(parts)
+                end = recs["phy_offset"] + recs["size"]
+                starts = find_runs(recs["q"], end)
+                stops = np.append(starts[1:], len(recs))
+                units = np.empty(len(recs), L.CQ_UNIT)
+                for name in ("phy_offset", "size", "tags_code"):
+                    units[name] = recs[name]
+                out.write(units.tobytes())
+                r = len(starts)
+                cols["split"] += [self.split] * r
+                cols["order"] += list(range(r))
+                cols["topic"] += [topic] * r
+                cols["queue_id"] += [qid] * r
+                cols["kind"] += np.where(recs["q"][starts] == 0, ZERO, CONSECUTIVE).tolist()
+                cols["q0"] += recs["q"][starts].tolist()
+                cols["n"] += (stops - starts).tolist()
+                cols["first_end"] += end[starts].tolist()
+                cols["last_end"] += end[stops - 1].tolist()
+                cols["piece"] += [piece_name] * r
+                cols["piece_at"] += (at + starts * UNIT).tolist()
+                at += len(recs) * UNIT
+            out.flush()
+            os.fsync(out.fileno())
+        self.parts.clear()
+        return pa.Table.from_pydict(cols, schema=RUN_ROWS)
+
+
+_PART = np.dtype([("q", np.int64), ("phy_offset", np.int64), ("size", np.int32), ("tags_code", np.int64)])
+
+
+# --- the driver: runs -> where every unit goes ----------------------------------------------------------
+
+@dataclass
+class FilePlan:
+    """One queue file: its path under the ``consumequeue`` directory, the blank slots to fill (byte offset
+    in the file, count) and the piece bytes to copy (``piece``, ``piece_at``, ``length``, ``at`` in the file)."""
+
+    path: str
+    blank_at: int = 0
+    blanks: int = 0
+    copies: list[tuple[str, int, int, int]] = field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(c[2] for c in self.copies) + self.blanks * UNIT
+
+
+@dataclass
+class Settled:
+    """:func:`settle`'s answer: the queues (manifest rows), every file's plan, and the rules' counters."""
+
+    queues: list[QueueInfo]
+    files: list[FilePlan]
+    dropped_repeated: int = 0
+    dropped_below_max: int = 0
+    gaps: int = 0
+
+
+def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
+    """Place every run (``runs``: the counted splits' :data:`RUN_ROWS`) queue by queue, in CommitLog order.
+
+    ``read_ends(piece, piece_at, n)``: the entry ends of ``n`` units in a piece (asked for only where the
+    broker's ``maxPhysicOffset`` rule may drop some: a replayed or rewritten log).
+    """
+    out = Settled([], [])
+    if not runs.num_rows:
+        return out
+    runs = runs.sort_by([("topic", "ascending"), ("queue_id", "ascending"), ("split", "ascending"),
+                         ("order", "ascending")])
+    c = {name: runs.column(name).to_numpy() for name in ("queue_id", "kind", "q0", "n", "first_end", "last_end",
+                                                       "piece_at")}
+    topics = runs.column("topic").to_pylist()
+    pieces = runs.column("piece").to_pylist()
+    qid = c["queue_id"]
+    new = np.ones(len(qid), bool)
+    new[1:] = (qid[1:] != qid[:-1]) | np.array([a != b for a, b in zip(topics[1:], topics[:-1])], bool)
+    bounds = np.append(np.flatnonzero(new), len(qid))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        topic, queue = topics[a], int(qid[a])
+        state = QueueState(file_size)
+        sl = slice(a, b)
+        placed = place_runs(state, c["kind"][sl], c["q0"][sl], c["n"][sl], c["first_end"][sl], c["last_end"][sl],
+                            lambda r: read_ends(pieces[a + r], int(c["piece_at"][a + r]), int(c["n"][a + r])))
+        out.dropped_repeated += placed.dropped_repeated
+        out.dropped_below_max += placed.dropped_below_max
+        out.gaps += placed.gaps
+        if state.first_file is None:  # every record was dropped before any file: no queue (as in process)
+            continue
+        directory = f"{topic}/{queue}"
+        plans = {o: FilePlan(f"{directory}/{file_name(o)}") for o in range(state.first_file, state.files_end,
+                                                                               file_size)}
+        if placed.blanks:
+            p = plans[placed.blank_from - placed.blank_from % file_size]
+            p.blank_at, p.blanks = placed.blank_from % file_size, placed.blanks
+        for r in np.flatnonzero(placed.count):
+            src = int(c["piece_at"][a + r]) + int(placed.skip[r]) * UNIT
+            at, left = int(placed.slot[r]) * UNIT, int(placed.count[r]) * UNIT
+            while left:  # across file boundaries
+                base = at - at % file_size
+                length = min(left, base + file_size - at)
+                plans[base].copies.append((pieces[a + r], src, length, at - base))
+                src, at, left = src + length, at + length, left - length
+        out.files += plans.values()
+        out.queues.append(QueueInfo(topic, queue, [file_name(o) for o in plans], state.min_offset // UNIT,
+                                    state.slots, state.entries))
+    return out
+
+
+def read_piece_ends(root: str):
+    """A ``read_ends`` for :func:`settle` over piece files under ``root`` (the staging directory)."""
+    def read(piece: str, at: int, n: int) -> np.ndarray:
+        with open(os.path.join(root, piece), "rb") as f:
+            f.seek(at)
+            units = np.frombuffer(f.read(n * UNIT), L.CQ_UNIT)
+        return units["phy_offset"].astype(np.int64) + units["size"].astype(np.int64)
+    return read
+
+
+COPY_BYTES = 8 * 1024**2  # what an assembly task holds at a time
+
+
+def write_file(directory: str, pieces_root: str, plan: FilePlan, file_size: int) -> None:
+    """Write one queue file under ``directory`` from its plan: created at full size (zeros, as the broker
+    preallocates), blank slots filled, the pieces' units copied, synced. Writing it again gives the same
+    bytes, so a retried or speculative task is harmless."""
+    path = os.path.join(directory, plan.path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.ftruncate(fd, file_size)
+        if plan.blanks:
+            blank = np.zeros(plan.blanks, L.CQ_UNIT)
+            blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
+            _pwrite_all(fd, blank.tobytes(), plan.blank_at, path)
+        opened: dict[str, object] = {}
+        try:
+            for piece, src, length, at in plan.copies:
+                f = opened.get(piece)
+                if f is None:
+                    f = opened[piece] = open(os.path.join(pieces_root, piece), "rb")
+                done = 0
+                while done < length:
+                    f.seek(src + done)
+                    data = f.read(min(COPY_BYTES, length - done))
+                    if not data:
+                        raise OSError(f"{os.path.join(pieces_root, piece)}: ends before byte {src + done}")
+                    _pwrite_all(fd, data, at + done, path)
+                    done += len(data)
+        finally:
+            for f in opened.values():
+                f.close()
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _pwrite_all(fd: int, data: bytes, at: int, path: str) -> None:
+    view = memoryview(data)
+    while len(view):
+        n = os.pwrite(fd, view, at)
+        if n <= 0:
+            raise OSError(f"{path}: short write at byte {at}")
+        view, at = view[n:], at + n

@@ -1,0 +1,95 @@
+"""ConsumeQueues on Spark: RocketMQ's files and answers for every golden case and every spec case, at 1, 2 and 7
+write tasks and 64 KiB splits, the manifest and summary of the in-process build, one commit with the index."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from refdata import GOLDEN_CASES
+
+from rocketidx.build.local import build_index
+from rocketidx.cli import main
+from rocketidx.config import BuildConfig
+from rocketidx.output.open import open_consumequeues
+from rocketidx.spark.build import build_index_spark
+
+pytestmark = pytest.mark.spark
+
+CQ_CASES = [c for c in GOLDEN_CASES if (c / "expected" / "cq-manifest.json").exists()]
+SPEC = Path(__file__).resolve().parents[1] / "reference" / "cq-spec"
+SPEC_CASES = sorted(p for p in SPEC.glob("s[0-9]*") if (p / "case.json").exists())
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def config_of(case: Path, targets=("consumequeue",)) -> BuildConfig:
+    c = json.loads((case / "case.json").read_text())
+    size = json.loads((case / "expected" / "cq-manifest.json").read_text())["mappedFileSizeConsumeQueue"]
+    return BuildConfig(c.get("hashSlotNum", 5_000_000), c.get("indexNum", 20_000_000), c.get("windowMillis", 3_600_000),
+                       "UTC", targets=targets, cq_file_size=size,
+                       delay_levels=c.get("messageDelayLevel") or BuildConfig().delay_levels)
+
+
+def answers_match(out: Path, case: Path) -> None:
+    queues = open_consumequeues(out)
+    for line in (case / "expected" / "cq-lookups.jsonl").read_text().splitlines():
+        q = json.loads(line)
+        got = queues.get(q["topic"], q["queueId"], q["queueOffset"])
+        assert (None if got is None else dict(zip(("phyOffset", "size", "tagsCode"), got))) == q["answer"], q
+
+
+def same_as_in_process(out: Path, manifest: dict, summary, case: Path, config: BuildConfig, tmp_path: Path) -> None:
+    ref, ref_summary = build_index(case / "commitlog", tmp_path / "in-process", config)
+    assert {k: v for k, v in manifest.items() if k != "created"} == {k: v for k, v in ref.items() if k != "created"}
+    assert {k: v for k, v in summary.as_dict().items() if k != "wall_s"} == \
+        {k: v for k, v in ref_summary.as_dict().items() if k != "wall_s"}
+
+
+@pytest.mark.parametrize("partitions", [1, 2, 7])
+@pytest.mark.parametrize("case", CQ_CASES, ids=lambda c: c.name)
+def test_golden_queues_on_spark(spark, tmp_path, case, partitions):
+    config = config_of(case)
+    manifest, summary = build_index_spark(case / "commitlog", tmp_path / "out", config, spark=spark,
+                                          split_bytes=65536, shuffle_partitions=partitions)
+    got, want = tree(tmp_path / "out" / "consumequeue"), tree(case / "expected" / "consumequeue")
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []
+    answers_match(tmp_path / "out", case)
+    same_as_in_process(tmp_path / "out", manifest, summary, case, config, tmp_path)
+
+
+@pytest.mark.parametrize("case", SPEC_CASES, ids=lambda c: c.name)
+def test_spec_cases_on_spark(spark, tmp_path, case):
+    config = config_of(case)
+    manifest, summary = build_index_spark(case / "commitlog", tmp_path / "out", config, spark=spark,
+                                          split_bytes=1000, shuffle_partitions=2)
+    got, want = tree(tmp_path / "out" / "consumequeue"), tree(case / "expected" / "consumequeue")
+    assert sorted(got) == sorted(want)
+    assert [k for k in want if got[k] != want[k]] == []
+    same_as_in_process(tmp_path / "out", manifest, summary, case, config, tmp_path)
+
+
+@pytest.mark.parametrize("case", CQ_CASES[:2], ids=lambda c: c.name)
+def test_index_and_queues_in_one_spark_build(spark, tmp_path, case):
+    config = config_of(case, ("index", "consumequeue"))
+    manifest, summary = build_index_spark(case / "commitlog", tmp_path / "out", config, spark=spark,
+                                          split_bytes=65536, shuffle_partitions=2)
+    assert tree(tmp_path / "out" / "consumequeue") == tree(case / "expected" / "consumequeue")
+    assert manifest["files"] and manifest["targets"] == ["index", "consumequeue"]
+    same_as_in_process(tmp_path / "out", manifest, summary, case, config, tmp_path)
+    assert tree(tmp_path / "out" / "index") == tree(tmp_path / "in-process" / "index")
+
+
+def test_the_command_builds_queues_on_spark(spark, tmp_path, capsys):
+    case = CQ_CASES[0]
+    size = json.loads((case / "expected" / "cq-manifest.json").read_text())["mappedFileSizeConsumeQueue"]
+    assert main(["build", "--commitlog", str(case / "commitlog"), "--out", str(tmp_path / "o"), "--targets",
+                 "consumequeue", "--cq-file-size", str(size), "--master", "local[2]", "--split-bytes", "65536",
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["engine"]["name"] == "spark" and report["consumequeue"]["files"] == len(tree(case / "expected" / "consumequeue"))
+    assert tree(tmp_path / "o" / "consumequeue") == tree(case / "expected" / "consumequeue")
