@@ -4,7 +4,8 @@ stores, and where the two meet (the break-even in ``conf/spark.json``).
 Stores (generated once into ``bench-data/``):
 * ``store-6m``: ``gen --messages 6000000 --body-bytes 500 --keys-per-message 2 --span 24h --seed 7`` (4.1 GB);
 * ``store-1g``: bench.py's 1.79 GB store (2.5 M messages in 1 GiB segments);
-* ``demo``: ``make run``'s 141 MB sample.
+* ``demo``: ``make run``'s 141 MB sample;
+* ``store-6m-hot``, ``store-6m-q64``: store-6m's shape in one topic, with one queue and with 64 (issue 22).
 
 Every figure is the median of ``--repeat`` runs (default 3), each Spark run paired with an in-process run
 in the same loop, page cache warm, 1 h windows, default sizes, ``local[2]``. Whole-process CPU is counted
@@ -13,7 +14,7 @@ child subreaper and reaps them), less what a bare local session costs to start, 
 Python job, and stop (measured here the same way).
 
 Results go to stdout and ``bench-data/results-engine.json``. Usage:
-``python bench/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo,cq]``.
+``python bench/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo,cq,cqspark]``.
 """
 from __future__ import annotations
 
@@ -39,6 +40,11 @@ STORES = {
     "store-1g": dict(messages=2_500_000, segment_bytes=1 << 30, body_bytes=540, keys_per_message=2,
                      span_ms=24 * 3_600_000, seed=7),
     "demo": dict(messages=300_000, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000),
+    # store-6m's shape with every message in one queue, and the same messages over 64 queues (issue 22)
+    "store-6m-hot": dict(messages=6_000_000, body_bytes=500, keys_per_message=2, span_ms=24 * 3_600_000, seed=7,
+                         topics=1, queues=1),
+    "store-6m-q64": dict(messages=6_000_000, body_bytes=500, keys_per_message=2, span_ms=24 * 3_600_000, seed=7,
+                         topics=1, queues=64),
 }
 
 
@@ -322,16 +328,41 @@ def consumequeues(repeat: int, results: dict) -> None:
           f"index {ix:.2f}s, index,consumequeue {both:.2f}s = {r['both_over_index']}x (target <= 1.3)", flush=True)
 
 
+def consumequeues_spark(repeat: int, results: dict) -> None:
+    """ConsumeQueues on ``local[2]``, whole process: ``--targets consumequeue`` on store-6m (target: at least
+    350 MB/s), and a hot-queue store (one topic, one queue) against the same messages over 64 queues (target:
+    the hot store at most 1.5x; every Python worker's peak RSS under 1 GiB in both)."""
+    for name in ("store-6m", "store-6m-hot", "store-6m-q64"):
+        store = ensure_store(name)
+        warm(store)
+        runs = [build(store, DATA / "eng-cq-spark", "--master", "local[2]", extra=("--targets", "consumequeue"))
+                for _ in range(repeat)]
+        wall = med([r[0] for r in runs])
+        report = runs[0][2]
+        rss = max(max(r[2]["spark"]["peak_worker_rss_mb"], r[2]["spark"]["consumequeue"]["peak_worker_rss_mb"])
+                  for r in runs)
+        results[f"consumequeue local[2] {name}"] = r = {
+            "wall_s": wall, "MBps": round(report["bytes_read"] / 1e6 / wall), "queues":
+            len(report["consumequeue"]["queues"]), "peak_worker_rss_mb": rss,
+            "splits": report["spark"]["consumequeue"]["splits"], "cpu_s": med([r[1] for r in runs])}
+        print(f"  {name}: local[2] --targets consumequeue {wall:.2f}s ({r['MBps']} MB/s), {r['queues']} queues, "
+              f"peak worker RSS {rss:.0f} MB", flush=True)
+    hot, q64 = results["consumequeue local[2] store-6m-hot"], results["consumequeue local[2] store-6m-q64"]
+    results["consumequeue hot over 64 queues"] = ratio = round(hot["wall_s"] / q64["wall_s"], 2)
+    print(f"  one hot queue / 64 queues: {ratio}x (target <= 1.5); store-6m "
+          f"{results['consumequeue local[2] store-6m']['MBps']} MB/s (target >= 350)", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default="e2e,cpu,warm,scale,slice,demo,cq")
+    ap.add_argument("--only", default="e2e,cpu,warm,scale,slice,demo,cq,cqspark")
     a = ap.parse_args(argv)
     _subreaper()
     DATA.mkdir(exist_ok=True)
     results: dict = {}
     steps = {"e2e": e2e, "cpu": cpu, "warm": warm_builds, "scale": scale, "slice": time_slice, "demo": demo,
-             "cq": consumequeues}
+             "cq": consumequeues, "cqspark": consumequeues_spark}
     for name in a.only.split(","):
         print(f"measuring {name} ...", flush=True)
         try:

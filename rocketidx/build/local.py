@@ -202,7 +202,8 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
             queues = None
             if config.consumequeue:  # a range's queues: what a broker fed only this range writes (spec §5)
-                queues = build_queues(segments, spec, config, staging.path)
+                queues = build_queues(segments, spec, config.queue_file_size, delay_levels_ms(config.delay_levels),
+                                      staging.path)
                 ran = ran or ([TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits)
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,

@@ -1,8 +1,9 @@
 """The split-wise ConsumeQueue build: splits read in parallel, runs placed on the driver, files written in parallel.
 
-In: the CommitLog's segments, the read's :class:`rocketidx.commitlog.splits.SplitSpec`, the
-:class:`BuildConfig`, the staging version directory (a local or mounted path every task sees), and two
-``run_*`` callables that run a list of tasks and return their results (Spark's, or :func:`in_process`).
+In: the CommitLog's segments, the read's :class:`rocketidx.commitlog.splits.SplitSpec`, the queue file size
+and delay table, the staging version directory (a local or mounted path every task sees), and two ``run_*``
+callables that run a list of tasks and return their results (Spark's, or :func:`local_reads` and
+:func:`local_writes` here).
 Out: ``STAGING/consumequeue/<topic>/<queueId>/<files>``, and a :class:`QueuesBuilt`: the manifest's
 ``consumequeues`` value, the stops the reads resolve to, and the reads' :class:`RangeInfo`.
 
@@ -28,11 +29,11 @@ from typing import Callable
 
 import pyarrow as pa
 
-from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.commitlog.dispatch import dispatch
 from rocketidx.commitlog.readers import read_split
 from rocketidx.commitlog.segments import Segment, SegmentRange
 from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, plan_splits, resolve_stops
-from rocketidx.config import BuildConfig
+from rocketidx.consumequeue.writer import QueueInfo
 from rocketidx.consumequeue.runs import RUN_ROWS, BadTopic, FilePlan, SplitQueues, read_piece_ends, settle, write_file
 from rocketidx.errors import RocketIdxError
 from rocketidx.output.local import TASKS_DIR
@@ -114,6 +115,7 @@ class QueuesBuilt:
     """:func:`build_queues`' answer."""
 
     manifest: dict  # the manifest's "consumequeues"
+    queues: list[QueueInfo]  # the same queues, sorted by topic and queue id
     resolved: ResolvedStops
     infos: list[RangeInfo]
     reads: list[ReadResult]
@@ -132,14 +134,15 @@ def share_files(files: list[FilePlan], tasks: int) -> list[list[FilePlan]]:
     return [g for g in groups if g]
 
 
-def build_queues(segments: list[Segment], spec: SplitSpec, config: BuildConfig, staging: str,
+def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delays_ms: tuple[int, ...],
+                 staging: str, *,
                  run_reads: Callable[[list[SegmentRange], ReadParams], list[ReadResult]] = local_reads,
                  run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
                  write_tasks: int = 1) -> QueuesBuilt:
     """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
-    docstring): ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups,
+    docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``: ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups,
     staging, file_size)`` :func:`write_task` on each group of file plans."""
-    params = ReadParams(staging, spec, delay_levels_ms(config.delay_levels))
+    params = ReadParams(staging, spec, tuple(delays_ms))
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
         reads = run_reads(splits, params) if splits else []
@@ -159,21 +162,21 @@ def build_queues(segments: list[Segment], spec: SplitSpec, config: BuildConfig, 
     if bad is not None:
         raise bad.error()
     runs = pa.concat_tables([r.table() for r in counted]) if counted else RUN_ROWS.empty_table()
-    settled = settle(runs, config.queue_file_size, read_piece_ends(staging))
+    settled = settle(runs, file_size, read_piece_ends(staging))
     groups = share_files(settled.files, write_tasks)
-    writes = run_writes(groups, staging, config.queue_file_size) if groups else []
+    writes = run_writes(groups, staging, file_size) if groups else []
     if sum(w["files"] for w in writes) != len(settled.files):
         raise RocketIdxError(f"the writers wrote {sum(w['files'] for w in writes)} of {len(settled.files)} queue files")
     _sync_dirs(os.path.join(staging, CONSUMEQUEUE_DIR), settled)
     queues = sorted(settled.queues, key=lambda q: (q.topic, q.queue_id))
-    manifest = {"file_size": config.queue_file_size,
+    manifest = {"file_size": file_size,
                 "commitlog_min_offset": segments[0].base_offset if segments else 0,
                 "queues": [q.as_dict() for q in queues], "entries": sum(q.entries for q in queues),
                 "files": sum(len(q.files) for q in queues),
                 "dropped": {"repeated": settled.dropped_repeated, "below_max_physic_offset": settled.dropped_below_max,
                             "negative_queue_offset": sum(r.negative for r in counted)},
                 "gaps": settled.gaps}
-    return QueuesBuilt(manifest, resolved, infos, reads, writes, len(splits))
+    return QueuesBuilt(manifest, queues, resolved, infos, reads, writes, len(splits))
 
 
 def _remove_pieces(staging: str) -> None:

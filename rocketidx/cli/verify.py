@@ -111,19 +111,46 @@ def add_parser(sub) -> None:
 
 
 def _verify_queues(a, broker: dict) -> int:
-    """``verify --consumequeue``: in this process so far (a Spark flag is refused)."""
+    """``verify --consumequeue``: the files alone in this process; with ``--commitlog`` the log's queues are
+    rebuilt on the engine the rule picks (Spark, or this process), the comparison is made here."""
+    from rocketidx.build.engine import choose_engine, data_bytes
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
+    from rocketidx.commitlog.segments import list_segments
     from rocketidx.output.open import consumequeue_dir
     from rocketidx.verify.queues import verify_consumequeues
-    if a.spark or spark_flag_misused(a, "verify --consumequeue", "the index (ConsumeQueues are checked in process "
-                                     "so far)", ("master", "spark_conf", "split_bytes")):
+    if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
+                                                         ("master", "spark_conf", "split_bytes"))):
         if a.spark:
-            print("rocketidx verify: --consumequeue is checked in this process so far, not with --spark",
-                  file=sys.stderr)
+            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
         return 2
-    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
+    if not a.commitlog and (a.spark or spark_flag_misused(a, "verify --consumequeue", "a check with --commitlog "
+                                                          "(the files alone are checked in this process)",
+                                                          ("master", "spark_conf", "split_bytes"))):
+        if a.spark:
+            print("rocketidx verify: --spark needs --commitlog with --consumequeue (the files alone are checked "
+                  "in this process)", file=sys.stderr)
+        return 2
     delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
-    report = verify_consumequeues(consumequeue_dir(a.consumequeue), a.commitlog, check_crc=not a.no_crc,
-                                  delays_ms=delays)
+    directory = consumequeue_dir(a.consumequeue)
+    spark = False
+    if a.commitlog:
+        engine = choose_engine(data_bytes(list_segments(a.commitlog)), in_process=a.in_process, master=a.master,
+                               break_even=spark_settings(a).break_even, spark_only="--spark" if a.spark else None)
+        if not a.json:
+            print(f"engine: {engine.name} ({engine.reason})")
+        spark = engine.spark
+    if spark:
+        from rocketidx.cli.progress import spark_progress
+        from rocketidx.config import project_conf
+        from rocketidx.spark.session import load_spark_settings, spark_session
+        from rocketidx.spark.verify import verify_consumequeues_spark
+        settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
+                                       master=a.master)
+        with spark_session(settings) as s, spark_progress(s, "verify on Spark", enabled=not a.json):
+            report = verify_consumequeues_spark(directory, a.commitlog, spark=s, split_bytes=settings.split_bytes,
+                                                delays_ms=delays, check_crc=not a.no_crc)
+    else:
+        report = verify_consumequeues(directory, a.commitlog, check_crc=not a.no_crc, delays_ms=delays)
     if a.json:
         print(json.dumps(report.as_dict()))
     else:

@@ -35,6 +35,7 @@ from rocketidx.build.direct import WriterParams, collect_blocks, plan_tasks, run
 from rocketidx.build.finish import finish_build, keep_task_time_index, time_index_dir
 from rocketidx.build.results import WRITER_ROWS, TaskResult, from_rows, ranges_of
 from rocketidx.build.summary import BuildSummary
+from rocketidx.commitlog.dispatch import delay_levels_ms
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES, SplitSpec, plan_splits, resolve_stops
 from rocketidx.commitlog.timeindex import AUTO
@@ -173,7 +174,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                     ran = _run(spark, opts, output, staging, config, n, segments)
             queues = None
             if config.consumequeue:
-                queues = _build_queues(spark, segments, opts, config, staging.path, n)
+                queues = queues_on_spark(spark, segments, opts, config.queue_file_size,
+                                         delay_levels_ms(config.delay_levels), staging.path, n)
                 if ran is None:
                     ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, splits = ran
@@ -251,13 +253,15 @@ def _figures(mode: str, results: list[TaskResult], splits: int, n: int, plan_fig
 
 # --- the ConsumeQueues: splits read in parallel, runs placed here, files written in parallel ------------
 
-def _build_queues(spark, segments, opts: SourceOptions, config: BuildConfig, staging: str, n: int):
+def queues_on_spark(spark, segments, spec: SplitSpec, file_size: int, delays_ms: tuple[int, ...], staging: str,
+                    n: int):
     """:func:`rocketidx.build.queues.build_queues` with Spark running the reads (a task per split) and the
-    writes (``n`` tasks)."""
+    writes (``n`` tasks). ``staging`` must be a directory every executor sees (local masters: any)."""
     from rocketidx.build.queues import build_queues
-    spec = SplitSpec(**{f.name: getattr(opts, f.name) for f in fields(SplitSpec)})
-    return build_queues(segments, spec, config, staging, partial(_queue_job, spark, _queue_reads),
-                        partial(_queue_job, spark, _queue_writes), n)
+    spec = SplitSpec(**{f.name: getattr(spec, f.name) for f in fields(SplitSpec)})
+    return build_queues(segments, spec, file_size, delays_ms, staging,
+                        run_reads=partial(_queue_job, spark, _queue_reads),
+                        run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n)
 
 
 def _queue_job(spark, task, items, *args):

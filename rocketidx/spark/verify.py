@@ -437,3 +437,26 @@ def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, tota
                        if kind != "missing" and len(listed_rows) > MAX_LISTED_PER_KIND else 0)
         _add_listed(report, files[i].path, kind, int(totals.get((i, kind), 0)), listed, next_offset)
         report.files[i].problems += int(totals.get((i, kind), 0))  # the per-file table counts them too
+
+
+# --- ConsumeQueues ----------------------------------------------------------------------------------------
+
+def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_bytes: int = DEFAULT_SPLIT_BYTES,
+                               delays_ms: tuple[int, ...] | None = None, check_crc: bool = True) -> VerifyReport:
+    """:func:`rocketidx.verify.queues.verify_consumequeues` with the CommitLog's queues rebuilt on Spark (the
+    build's split-wise plan); the files alone, and the comparison, are checked here as in process."""
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
+    from rocketidx.commitlog.splits import SplitSpec
+    from rocketidx.output.manifest import CONSUMEQUEUE_DIR
+    from rocketidx.spark.build import queues_on_spark
+    from rocketidx.verify.queues import verify_consumequeues
+
+    def rebuild(segments, scratch: str, file_size: int, delays: tuple[int, ...], crc: bool):
+        built = queues_on_spark(spark, segments, SplitSpec(split_bytes=split_bytes, check_crc=crc), file_size,
+                                delays, scratch, spark.sparkContext.defaultParallelism)
+        stop = built.resolved.stop
+        log_end = stop["phy_offset"] if stop else (segments[-1].end_offset if segments else 0)
+        return os.path.join(scratch, CONSUMEQUEUE_DIR), built.queues, log_end
+
+    return verify_consumequeues(directory, commitlog, delays_ms=delays_ms or DEFAULT_DELAYS_MS, check_crc=check_crc,
+                                rebuild=rebuild)

@@ -113,8 +113,9 @@ def _check_queue_alone(directory: str, key, offsets: list[int], report: VerifyRe
 
 
 def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
-                         check_crc: bool = True) -> VerifyReport:
-    """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild."""
+                         check_crc: bool = True, rebuild=None) -> VerifyReport:
+    """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild
+    (``rebuild``: how, :func:`rebuild_in_process` by default)."""
     report = VerifyReport()
     queues, file_size = list_queues(directory, report)
     for key, offsets in queues.items():
@@ -124,20 +125,26 @@ def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int
     scratch = tempfile.mkdtemp(prefix="rocketidx-cq-verify-")
     try:
         segments = list_segments(commitlog)
-        writer = ConsumeQueueWriter(os.path.join(scratch, "cq"), file_size)
-        reader = CommitLogReader(segments, check_crc=check_crc)
-        for seg, buf, recs in reader.record_chunks():
-            writer.add(seg, dispatch(buf, seg, recs, delays_ms))
-        built = {(q.topic, str(q.queue_id)): q for q in writer.close()}
-        log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
+        rebuilt, infos, log_end = (rebuild or rebuild_in_process)(segments, scratch, file_size, delays_ms, check_crc)
+        built = {(q.topic, str(q.queue_id)): q for q in infos}
         report.expected_entries = sum(q.entries for q in built.values())
         report.covered_range = (segments[0].base_offset if segments else 0, log_end)
         for key in sorted(set(queues) | set(built)):
-            _compare_queue(directory, os.path.join(scratch, "cq"), key, queues.get(key), built.get(key), file_size,
-                           log_end, report)
+            _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, report)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return report
+
+
+def rebuild_in_process(segments, scratch: str, file_size: int, delays_ms: tuple[int, ...], check_crc: bool):
+    """The log's queues rebuilt under ``scratch`` in one pass: (their directory, their QueueInfo, the log's
+    end). A ``rebuild`` for :func:`verify_consumequeues`; :mod:`rocketidx.spark.verify` has Spark's."""
+    writer = ConsumeQueueWriter(os.path.join(scratch, "cq"), file_size)
+    reader = CommitLogReader(segments, check_crc=check_crc)
+    for seg, buf, recs in reader.record_chunks():
+        writer.add(seg, dispatch(buf, seg, recs, delays_ms))
+    log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
+    return os.path.join(scratch, "cq"), writer.close(), log_end
 
 
 def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_size: int, log_end: int,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cq_damage import EXPECT, damage, log_end
 from refdata import GOLDEN_CASES
 
 from rocketidx.build.local import build_index
@@ -93,3 +94,38 @@ def test_the_command_builds_queues_on_spark(spark, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["engine"]["name"] == "spark" and report["consumequeue"]["files"] == len(tree(case / "expected" / "consumequeue"))
     assert tree(tmp_path / "o" / "consumequeue") == tree(case / "expected" / "consumequeue")
+
+
+# --- verify on Spark: the log's queues rebuilt there, the same report as in process --------------------------
+
+@pytest.mark.parametrize("case", CQ_CASES, ids=lambda c: c.name)
+def test_clean_queues_verify_clean_on_spark(spark, case):
+    from rocketidx.spark.verify import verify_consumequeues_spark
+    report = verify_consumequeues_spark(str(case / "expected" / "consumequeue"), case / "commitlog", spark=spark,
+                                        split_bytes=65536)
+    assert report.clean and report.expected_entries == report.entries_checked > 0
+
+
+def test_every_damage_gives_the_in_process_report_on_spark(spark, tmp_path):
+    import shutil
+
+    from rocketidx.spark.verify import verify_consumequeues_spark
+    from rocketidx.verify.queues import verify_consumequeues
+    case = CQ_CASES[0]
+    for kind in sorted(EXPECT):
+        root = tmp_path / kind / "consumequeue"
+        shutil.copytree(case / "expected" / "consumequeue", root)
+        damage(kind, root, log_end(case))
+        on_spark = verify_consumequeues_spark(str(root), case / "commitlog", spark=spark, split_bytes=4096)
+        assert on_spark.as_dict() == verify_consumequeues(str(root), case / "commitlog").as_dict(), kind
+        assert EXPECT[kind] in on_spark.counts, kind
+
+
+def test_the_verify_command_runs_on_spark_and_refuses_spark_without_the_log(spark, tmp_path, capsys):
+    case = CQ_CASES[0]
+    assert main(["verify", "--consumequeue", str(case / "expected" / "consumequeue"), "--commitlog",
+                 str(case / "commitlog"), "--master", "local[2]", "--split-bytes", "65536"]) == 0
+    out = capsys.readouterr().out
+    assert "engine: spark" in out and "clean" in out
+    assert main(["verify", "--consumequeue", str(case / "expected" / "consumequeue"), "--master", "local[2]"]) == 2
+    assert "needs a check with --commitlog" in capsys.readouterr().err

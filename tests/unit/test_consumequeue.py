@@ -311,8 +311,9 @@ def test_split_wise_queues_are_rocketmqs_at_any_split_size(case, split_bytes, tm
                          cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"],
                          delay_levels=c.get("messageDelayLevel") or BuildConfig().delay_levels)
     one, _ = build_index(case / "commitlog", tmp_path / "one", config)
-    built = build_queues(list_segments(str(case / "commitlog")), SplitSpec(split_bytes=split_bytes), config,
-                         str(tmp_path / "staging"), write_tasks=3)
+    built = build_queues(list_segments(str(case / "commitlog")), SplitSpec(split_bytes=split_bytes),
+                         config.queue_file_size, delay_levels_ms(config.delay_levels), str(tmp_path / "staging"),
+                         write_tasks=3)
     assert built.splits > (1 if split_bytes == 1000 else 0)
     got, want = tree(tmp_path / "staging" / "consumequeue"), tree(case / "expected" / "consumequeue")
     assert sorted(got) == sorted(want)
@@ -334,12 +335,12 @@ def test_a_bad_topic_after_the_logs_end_is_not_an_error_but_one_before_it_is(tmp
             staging = str(tmp_path / f"{name}-{split_bytes}")
             if fails:
                 with pytest.raises(TopicNameError, match="'../escape'") as e:
-                    build_queues(segments, SplitSpec(split_bytes=split_bytes), cfg, staging)
+                    build_queues(segments, SplitSpec(split_bytes=split_bytes), 1280, DEFAULT_DELAYS_MS, staging)
                 with pytest.raises(TopicNameError) as e2:
                     build_index(store / "commitlog", tmp_path / f"o-{name}-{split_bytes}", cfg)
                 assert str(e.value) == str(e2.value) and "@ byte" in str(e.value)
             else:
-                built = build_queues(segments, SplitSpec(split_bytes=split_bytes), cfg, staging)
+                built = build_queues(segments, SplitSpec(split_bytes=split_bytes), 1280, DEFAULT_DELAYS_MS, staging)
                 assert built.manifest["entries"] == 6 and built.resolved.stop["kind"] == "corrupt"
     assert not (tmp_path / "escape").exists() and not (tmp_path.parent / "escape").exists()
 def test_a_build_that_drops_a_target_or_changes_the_queue_file_size_needs_overwrite(tmp_path, capsys):
