@@ -28,8 +28,9 @@
 enum {
     REC_POS, REC_TOTAL, REC_V2, REC_SYSFLAG, REC_BODY_POS, REC_BODY_LEN, REC_TOPIC_POS, REC_TOPIC_LEN,
     REC_PROPS_POS, REC_PROPS_LEN, REC_KEYS_POS, REC_KEYS_LEN, REC_UNIQ_POS, REC_UNIQ_LEN, REC_TAGS_POS,
-    REC_TAGS_LEN, REC_PHY, REC_STORE_TS, REC_COLS
+    REC_TAGS_LEN, REC_PHY, REC_STORE_TS, REC_QUEUE_ID, REC_QUEUE_OFFSET, REC_TAGS_CODE, REC_TOPIC_KEY, REC_COLS
 };
+#define TAGS_CODE_UNKNOWN ((int64_t)1 << 40)
 
 enum {
     STOP_RANGE_END = 0, STOP_SEGMENT_END = 1, STOP_END_OF_DATA = 2, STOP_BLANK = 3, STOP_BAD_MAGIC = 4,
@@ -109,6 +110,38 @@ static int needs_java_check(const unsigned char *r, int64_t topic_pos, int64_t t
             return 1;
     }
     return 0;
+}
+
+static inline int hash_utf8(const unsigned char *s, int64_t len, uint32_t *h);
+
+/* REC_TOPIC_KEY: a batch holds few topics, so the first record of each (compared byte for byte; FNV-1a only
+ * picks the slot) names the group; past TOPIC_SLOTS / 2 distinct topics the rest stay -1 (Python groups them). */
+#define TOPIC_SLOTS 4096
+typedef struct { int64_t row[TOPIC_SLOTS]; int used; } topic_table;
+
+static void topic_table_init(topic_table *t) {
+    for (int j = 0; j < TOPIC_SLOTS; j++) t->row[j] = -1;
+    t->used = 0;
+}
+
+static void topic_key(const unsigned char *b, int64_t *recs, Py_ssize_t i, topic_table *t) {
+    int64_t *r = recs + i * REC_COLS;
+    const unsigned char *s = b + r[REC_TOPIC_POS];
+    int64_t len = r[REC_TOPIC_LEN] > 0 ? r[REC_TOPIC_LEN] : 0;
+    uint32_t h = 2166136261u;
+    for (int64_t k = 0; k < len; k++) h = (h ^ s[k]) * 16777619u;
+    uint32_t slot = h & (TOPIC_SLOTS - 1);
+    while (t->row[slot] >= 0) {
+        const int64_t *q = recs + t->row[slot] * REC_COLS;
+        int64_t qlen = q[REC_TOPIC_LEN] > 0 ? q[REC_TOPIC_LEN] : 0;
+        if (qlen == len && memcmp(b + q[REC_TOPIC_POS], s, (size_t)len) == 0) { r[REC_TOPIC_KEY] = q[REC_POS]; return; }
+        slot = (slot + 1) & (TOPIC_SLOTS - 1);
+    }
+    if (t->used < TOPIC_SLOTS / 2) {
+        t->row[slot] = i;
+        t->used++;
+        r[REC_TOPIC_KEY] = r[REC_POS];
+    }
 }
 
 /* Check the record at p as CommitLog.checkMessageAndReturnSize(checkCRC) does and fill its row.
@@ -192,6 +225,12 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
     row[REC_TAGS_LEN] = vl;
     row[REC_PHY] = (int64_t)(((uint64_t)be32(r + 28) << 32) | be32(r + 32));
     row[REC_STORE_TS] = (int64_t)(((uint64_t)be32(r + PREFIX + born_w) << 32) | be32(r + PREFIX + born_w + 4));
+    row[REC_QUEUE_ID] = (int32_t)be32(r + 12);
+    row[REC_QUEUE_OFFSET] = (int64_t)(((uint64_t)be32(r + 20) << 32) | be32(r + 24));
+    uint32_t tags_code = 0;
+    row[REC_TAGS_CODE] = vl <= 0 || hash_utf8(r + props_pos + vp, vl, &tags_code) ? (int64_t)(int32_t)tags_code
+                                                                                   : TAGS_CODE_UNKNOWN;
+    row[REC_TOPIC_KEY] = -1;
     if (needs_java_check(r, topic_pos, topic_len, props_pos, props_len)) return STOP_JAVA_CHECK;
     return 0;
 }
@@ -210,13 +249,16 @@ static PyObject *native_scan(PyObject *self, PyObject *args) {
     Py_ssize_t n = 0, p = start;
     int code;
     long long a = 0, bb = 0;
+    topic_table topics;
 
     Py_BEGIN_ALLOW_THREADS
+    topic_table_init(&topics);
     for (;;) {
         if (p >= end) { code = p >= seg_size ? STOP_SEGMENT_END : STOP_RANGE_END; break; }
         if (n >= cap) { code = STOP_CAPACITY; break; }
         code = check_record(b, seg_size, p, check_crc, o + n * REC_COLS, &a, &bb);
         if (code) break;
+        topic_key(b, o, n, &topics);
         p += o[n * REC_COLS + REC_TOTAL];
         n++;
     }
@@ -374,7 +416,9 @@ static PyObject *native_scan_entries(PyObject *self, PyObject *args) {
     Py_ssize_t n = 0, p = start;
     int code;
     long long a = 0, bb = 0;
+    topic_table topics;
     Py_BEGIN_ALLOW_THREADS
+    topic_table_init(&topics);
     for (;;) {
         if (p >= end) { code = p >= seg_size ? STOP_SEGMENT_END : STOP_RANGE_END; break; }
         if (n >= cap) { code = STOP_CAPACITY; break; }
@@ -382,6 +426,7 @@ static PyObject *native_scan_entries(PyObject *self, PyObject *args) {
         code = check_record(b, seg_size, p, check_crc, r, &a, &bb);
         if (code) break;
         if (o.m + max_entries(r) > o.cap) { code = STOP_CAPACITY; break; }
+        topic_key(b, recs, n, &topics);
         emit_entries(b, r, n, &o);
         p += r[REC_TOTAL];
         n++;

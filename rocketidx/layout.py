@@ -141,7 +141,15 @@ REC_TAGS_POS: Final = 14
 REC_TAGS_LEN: Final = 15
 REC_PHY: Final = 16  # the stored PHYSICALOFFSET field
 REC_STORE_TS: Final = 17  # STORETIMESTAMP, epoch ms
-REC_COLS: Final = 18
+REC_QUEUE_ID: Final = 18  # QUEUEID
+REC_QUEUE_OFFSET: Final = 19  # QUEUEOFFSET
+# What a ConsumeQueue entry needs of the record's strings, found while its bytes are in cache (the kernel's
+# hints; the numpy path leaves them unknown and the dispatch computes them from the bytes, as it does for
+# any row the kernel could not settle):
+REC_TAGS_CODE: Final = 20  # Java String.hashCode of the TAGS value (none: 0), or TAGS_CODE_UNKNOWN
+REC_TOPIC_KEY: Final = 21  # REC_POS of the batch's first record with exactly this topic's bytes, or -1
+REC_COLS: Final = 22
+TAGS_CODE_UNKNOWN: Final = 1 << 40  # outside int32: bytes that are not valid UTF-8, or not computed
 
 # --- IndexFile ----------------------------------------------------------------------------------
 

@@ -10,8 +10,10 @@ Stays true (``../shared/spec/consume-queue.md`` §3-4):
 * tagsCode is Java ``String.hashCode`` of TAGS (as ``string2messageProperties`` gives it; none: 0),
   sign-extended; on ``SCHEDULE_TOPIC_XXXX`` a DELAY level > 0 (``Integer.parseInt``, capped at the
   table's last level) makes it storeTimestamp + that level's delay instead;
-* everything is gathered with numpy at the records' offsets; the one Python loop is over delayed
-  messages' DELAY strings, which only the schedule topic carries.
+* QUEUEID and QUEUEOFFSET come from the records array; TAGS hashes and topic groups too where the compiled
+  reader found them while each record was in cache (``REC_TAGS_CODE``, ``REC_TOPIC_KEY``), else they are
+  computed here from the bytes, with the same result; the one Python loop is over delayed messages' DELAY
+  strings, which only the schedule topic carries.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import rocketidx.layout as L
 from rocketidx.arrays import binary_array, gather_ranges
 from rocketidx.commitlog.columns import decode_java_utf8
 from rocketidx.commitlog.keys import java_string_hash
-from rocketidx.commitlog.records import gather_at, property_ranges
+from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.javaparse import java_parse_integer
 from rocketidx.commitlog.segments import Segment
 from rocketidx.errors import ConfigError, CorruptRecordError
@@ -73,30 +75,42 @@ class Dispatched(NamedTuple):
         return len(self.queue_id)
 
 
-# QUEUEID, FLAG, QUEUEOFFSET lie together in the record's prefix: one gather reads the two it needs.
-_QUEUE_AT = L.RECORD_PREFIX.fields["queue_id"][1]
-_QUEUE_FIELDS = np.dtype([("queue_id", ">i4"), ("flag", ">i4"), ("queue_offset", ">i8")])
-assert L.RECORD_PREFIX.fields["queue_offset"][1] == _QUEUE_AT + 8
-
-
 def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> Dispatched:
     """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring)."""
     tx = recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK
     recs = recs[(tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)]
     u8 = np.frombuffer(buf, np.uint8, seg.size)
     P = recs[:, L.REC_POS]
-    topics, topic_index = _encoded(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
-    tag_values, tag_index = _encoded(u8, recs, L.REC_TAGS_POS, L.REC_TAGS_LEN)
-    # Few distinct TAGS values: hash each once (no TAGS is the empty string here: 0 either way).
-    tags_code = java_string_hash(pa.array(tag_values, pa.string())).astype(np.int64)[tag_index]
+    topics, topic_index = _topics(u8, recs)
+    tags_code = recs[:, L.REC_TAGS_CODE].copy()
+    unknown = np.flatnonzero(tags_code == L.TAGS_CODE_UNKNOWN)
+    if len(unknown):
+        tags_code[unknown] = _tags_codes(u8, recs[unknown])
     store_ts = recs[:, L.REC_STORE_TS]
     if L.SCHEDULE_TOPIC in topics:
         scheduled = topic_index == topics.index(L.SCHEDULE_TOPIC)
         tags_code = _delayed(seg, u8, recs, scheduled, store_ts, tags_code, delays_ms)
-    queue = gather_at(u8, P + _QUEUE_AT, _QUEUE_FIELDS)
-    return Dispatched(topics, topic_index, queue["queue_id"].astype(np.int32), queue["queue_offset"].astype(np.int64),
+    return Dispatched(topics, topic_index, recs[:, L.REC_QUEUE_ID].astype(np.int32), recs[:, L.REC_QUEUE_OFFSET],
                       recs[:, L.REC_PHY].astype(np.int64), recs[:, L.REC_TOTAL].astype(np.int32), tags_code,
                       P.astype(np.int64))
+
+
+def _tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
+    """Java ``String.hashCode`` of each record's TAGS as Java decodes it; few distinct values, each hashed once
+    (no TAGS is the empty string here: 0 either way)."""
+    tag_values, tag_index = _encoded(u8, recs, L.REC_TAGS_POS, L.REC_TAGS_LEN)
+    return java_string_hash(pa.array(tag_values, pa.string())).astype(np.int64)[tag_index]
+
+
+def _topics(u8: np.ndarray, recs: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The records' topics, dictionary-encoded. Where the reader grouped them (``REC_TOPIC_KEY``: the kernel
+    compares topic bytes while the record is in cache) only one record of each group is decoded here."""
+    key = recs[:, L.REC_TOPIC_KEY]
+    if not len(key) or key.min() < 0:
+        return _encoded(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    topics, index = _encoded(u8, recs[first], L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
+    return topics, index[inverse.reshape(-1)]
 
 
 def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tuple[list[str], np.ndarray]:

@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from refdata import GOLDEN_CASES
-from scenarios import Rec, lay_segment, write_segments
+from scenarios import Rec, lay_segment, props, write_segments
 
 from rocketidx.build.local import build_index, build_index_range
 from rocketidx.build.queues import build_queues
+from rocketidx.commitlog.native import native_available
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.commitlog.splits import SplitSpec
 from rocketidx.cli import main
@@ -405,7 +406,7 @@ def test_queue_statistics_from_the_command_line(tmp_path, capsys):
 @pytest.mark.parametrize("case", [c for c in SPEC_CASES if c.name.startswith("s10")], ids=lambda c: c.name)
 def test_reading_stops_at_a_value_java_cannot_parse_for_the_index_too_on_both_readers(case, tmp_path):
     from rocketidx.commitlog.readers import CommitLogReader
-    from rocketidx.commitlog.segments import list_segments
+    from rocketidx.commitlog.native import native_available
     stops = []
     for native in (True, False):
         reader = CommitLogReader(list_segments(case / "commitlog"), native=native)
@@ -441,3 +442,53 @@ def test_a_negative_queue_offset_is_skipped_and_counted(tmp_path):
     assert summary.consumequeue["dropped"]["negative_queue_offset"] == 1
     assert summary.consumequeue["entries"] == cq_manifest(case)["dispatch"]["dispatched"] - 1
     assert all(not p.name.startswith("-") for p in (tmp_path / "o" / "consumequeue").resolve().rglob("*"))
+
+
+# --- the reader's dispatch hints: both read paths dispatch alike --------------------------------------------
+
+_TOPIC_BYTES = st.one_of(st.sampled_from([b"TopicA", b"TopicB", b"\xe8\xae\xa2\xe5\x8d\x95", b"bad\xff", b"bad\xfe",
+                                          b"SCHEDULE_TOPIC_XXXX", b"\xed\xa0\x80x"]),
+                         st.binary(min_size=1, max_size=6).filter(lambda b: b"/" not in b and b"\x00" not in b
+                                                                  and b not in (b".", b"..")))
+_TAGS_BYTES = st.one_of(st.none(), st.sampled_from([b"", b"TagA", b"\xe4\xb8\xad", b"x\xc3", b"\xf0\x9f\x98\x80",
+                                                    b"\xed\xb0\x80"]), st.binary(max_size=5).filter(
+                                                        lambda b: b"\x01" not in b and b"\x02" not in b))
+
+
+@pytest.mark.parametrize("native", [False, True] if native_available() else [False],
+                         ids=lambda n: "native" if n else "numpy")
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(_TOPIC_BYTES, _TAGS_BYTES, st.integers(-2, 3)), min_size=1, max_size=40))
+def test_both_read_paths_dispatch_the_same_entries(native, rows):
+    """Topics grouped and TAGS hashed while the kernel reads a record equal what numpy computes from the bytes,
+    malformed UTF-8 (Java's U+FFFD) and lone surrogates included."""
+    recs = [Rec(topic=t, properties=b"" if g is None else props(("TAGS", g)), queue_id=q, queue_offset=i)
+            for i, (t, g, q) in enumerate(rows)]
+    seg_bytes = lay_segment(recs, size=65536)
+    seg = Segment("/s/00000000000000000000", 0, 65536)
+    got = [_dispatched(seg_bytes.data, seg, n) for n in (False, native)]
+    assert got[0] == got[1]
+    assert len(got[0]) == len(rows)
+
+
+def test_a_batch_with_more_topics_than_the_kernels_table_dispatches_the_same(tmp_path):
+    recs = [Rec(topic=f"T{i}".encode(), properties=props(("TAGS", f"g{i % 7}")), queue_offset=i) for i in range(2500)]
+    size = 2500 * 160
+    laid = lay_segment(recs, size=size)
+    seg = Segment("/s/00000000000000000000", 0, size)
+    numpy_path = _dispatched(laid.data, seg, False)
+    assert len({t for t, *_ in numpy_path}) == 2500
+    if native_available():
+        assert _dispatched(laid.data, seg, True) == numpy_path
+
+
+def _dispatched(data: bytes, seg: Segment, native: bool) -> list[tuple]:
+    from rocketidx.commitlog.dispatch import dispatch
+    from rocketidx.commitlog.readers import RangeReader
+    from rocketidx.commitlog.segments import SegmentRange
+    out = []
+    for recs in RangeReader(data, SegmentRange(seg, 0, seg.size), native=native).record_chunks():
+        d = dispatch(data, seg, recs)
+        out += [(d.topics[t], int(q), int(o), int(c)) for t, q, o, c in
+                zip(d.topic_index, d.queue_id, d.queue_offset, d.tags_code)]
+    return out
