@@ -28,10 +28,13 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from rocketidx.build.queues import finish_read
 from rocketidx.build.plan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
 from rocketidx.build.results import Strays, TaskResult, ranges_of
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
+from rocketidx.commitlog.dispatch import dispatch
 from rocketidx.commitlog.readers import read_split
+from rocketidx.consumequeue.runs import SplitQueues
 from rocketidx.commitlog.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, resolve_stops
 from rocketidx.commitlog.timeindex import DEFAULT_BLOCK_BYTES, BlockCollector, plan_slice
 from rocketidx.index.windows import assign_windows
@@ -53,6 +56,9 @@ class WriterParams:
     window_ms: int
     num_ranges: int = 0  # shuffle plan: info rows each partition must see
     time_blocks: int = 0  # > 0: tasks also report the time index's blocks of this many bytes
+    # Set: the pieces a task counts also feed the ConsumeQueues (delayed messages' delay table), one read for
+    # both targets (rocketidx.build.queues.finish_read writes each piece's entries beside the task's files).
+    queue_delays: tuple[int, ...] | None = None
 
     @property
     def sizes(self) -> WriterSizes:
@@ -97,6 +103,7 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
     owned = np.asarray(task.windows, np.int64)
     strays = _StrayLog()
     infos: list[RangeInfo] = []
+    queue_reads: list = []
     blocks = BlockCollector(params.time_blocks) if params.time_blocks else None
 
     def entries() -> Iterator[EntryBatch]:
@@ -104,12 +111,15 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
                         key=lambda x: x[0].segment.base_offset + x[0].start)
         for piece, counts in pieces:
             reading = read_split(piece, spec, entries=True, on_records=blocks.add if blocks and counts else None)
+            queues = SplitQueues(piece.index) if counts and report_ranges and params.queue_delays else None
             while True:
                 try:
                     chunk = next(reading)
                 except StopIteration as done:
                     info = done.value
                     break
+                if queues is not None:
+                    queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.queue_delays))
                 e = chunk.entries
                 ts = e.column("store_timestamp_ms").to_numpy()
                 phy = e.column("phy_offset").to_numpy()
@@ -125,6 +135,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
                 yield EntryBatch(w, phy, kh, ts, at)
             if counts and report_ranges:
                 infos.append(info)
+            if queues is not None:
+                queue_reads.append(finish_read(queues, info, params.staging, f"{task_dir}/q{piece.index:05d}.units"))
             if counts and info.stop_kind in FINAL_STOPS:
                 break
 
@@ -135,7 +147,7 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
         raise
     dest.close()
     return TaskResult(partition, task_dir, task.index, windows, infos, strays.result(),
-                      blocks.to_rows() if blocks is not None else []).finish(usage)
+                      blocks.to_rows() if blocks is not None else [], queue_reads=queue_reads).finish(usage)
 
 
 def local_job(spec: SplitSpec, params: WriterParams) -> Callable[..., list[TaskResult]]:

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 
 from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
-from rocketidx.build.queues import build_queues
-from rocketidx.build.results import TaskResult
+from rocketidx.build.queues import build_queues, place_queues
+from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log, time_index_dir
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
@@ -190,7 +190,8 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
         staging = output.new_staging()
         try:
             figures: dict = {}
-            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms)
+            params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
+                                  queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None)
             ran = None
             if config.index:
                 # One task owns every window: no strays, no resync.
@@ -200,11 +201,17 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                     ([], resolve_stops(plan.skipped), 0)
                 if ran is None:
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
+            # A range's queues: what a broker fed only this range writes (spec §5); with the index, from the
+            # same read.
             queues = None
-            if config.consumequeue:  # a range's queues: what a broker fed only this range writes (spec §5)
+            if config.consumequeue and ran is not None:
+                results, resolved, _ = ran
+                queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
+                                      resolved, config.queue_file_size, staging.path)
+            elif config.consumequeue:
                 queues = build_queues(segments, spec, config.queue_file_size, delay_levels_ms(config.delay_levels),
                                       staging.path)
-                ran = ran or ([TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits)
+                ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,
                                     name_after=None, t0=t0, allow_empty=allow_empty,

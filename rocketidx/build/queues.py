@@ -83,13 +83,19 @@ def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadR
             info: RangeInfo = done.value
             break
         queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms))
-    piece = f"{task_dir}/units"
-    runs = queues.finish(os.path.join(params.staging, piece), piece)
+    return finish_read(queues, info, params.staging, f"{task_dir}/units", usage)
+
+
+def finish_read(queues: SplitQueues, info: RangeInfo, staging: str, piece: str, usage: Usage | None = None
+                ) -> ReadResult:
+    """A split's gathered queues -> its piece file (``piece``, relative to ``staging``) and its result. The
+    index's direct tasks call it too, for the pieces they read (one read feeds both)."""
+    runs = queues.finish(os.path.join(staging, piece), piece)
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, RUN_ROWS) as w:
         w.write_table(runs)
-    return ReadResult(split.index, info, sink.getvalue(), queues.negative, queues.bad_topic, usage.cpu_ms,
-                      usage.peak_rss_kb)
+    return ReadResult(queues.split, info, sink.getvalue(), queues.negative, queues.bad_topic,
+                      usage.cpu_ms if usage else 0, usage.peak_rss_kb if usage else 0)
 
 
 def write_task(plans: list[FilePlan], staging: str, file_size: int) -> dict:
@@ -140,14 +146,14 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
                  run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
                  write_tasks: int = 1) -> QueuesBuilt:
     """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
-    docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``: ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups,
-    staging, file_size)`` :func:`write_task` on each group of file plans."""
+    docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``:
+    ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups, staging,
+    file_size)`` :func:`write_task` on each group of file plans."""
     params = ReadParams(staging, spec, tuple(delays_ms))
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
         reads = run_reads(splits, params) if splits else []
-        infos = [r.info for r in reads]
-        resolved = resolve_stops(infos)
+        resolved = resolve_stops([r.info for r in reads])
         if not resolved.chain_breaks:
             break
         log.info("splits disagree on where records start (%s); rereading those segments as one split",
@@ -157,7 +163,23 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
             params.spec.whole_segments)))
     else:
         raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
+    return place_queues(segments, reads, [r.info for r in reads], resolved, file_size, staging,
+                        run_writes=run_writes, write_tasks=write_tasks, splits=len(splits))
+
+
+def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[RangeInfo], resolved: ResolvedStops,
+                 file_size: int, staging: str, *, run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
+                 write_tasks: int = 1, splits: int | None = None) -> QueuesBuilt:
+    """Steps 2 and 3: place the counted reads' runs and write the files. ``reads`` may come from any plan whose
+    pieces tile the read (the index's direct tasks hand theirs over): every counted piece of ``infos`` (what
+    the stops were resolved from) that kept a record must be among them."""
     counted = sorted((r for r in reads if r.split in resolved.included), key=lambda r: r.split)
+    have = {r.split for r in counted}
+    if len(have) != len(counted):
+        raise RocketIdxError("two reads of the same piece reached the ConsumeQueue writer")
+    missing = sorted(i.index for i in infos if i.index in resolved.included and i.records and i.index not in have)
+    if missing:
+        raise RocketIdxError(f"pieces {missing[:5]} were read but their ConsumeQueue entries did not reach the driver")
     bad = next((r.bad_topic for r in counted if r.bad_topic is not None), None)
     if bad is not None:
         raise bad.error()
@@ -176,7 +198,8 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
                 "dropped": {"repeated": settled.dropped_repeated, "below_max_physic_offset": settled.dropped_below_max,
                             "negative_queue_offset": sum(r.negative for r in counted)},
                 "gaps": settled.gaps}
-    return QueuesBuilt(manifest, queues, resolved, infos, reads, writes, len(splits))
+    return QueuesBuilt(manifest, queues, resolved, infos, reads, writes,
+                       len(reads) if splits is None else splits)
 
 
 def _remove_pieces(staging: str) -> None:

@@ -50,6 +50,8 @@ class TaskResult:
     ranges: list[RangeInfo] = field(default_factory=list)
     strays: Strays | None = None
     blocks: list[dict] = field(default_factory=list)  # the time index's blocks (BlockCollector.to_rows)
+    # With ConsumeQueues a target, what each piece the task counted dispatched (rocketidx.build.queues.ReadResult)
+    queue_reads: list = field(default_factory=list)
     cpu_ms: int = 0
     worker_rss_kb: int = 0
 

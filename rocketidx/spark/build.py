@@ -173,7 +173,13 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                 if ran is None:
                     ran = _run(spark, opts, output, staging, config, n, segments)
             queues = None
-            if config.consumequeue:
+            if config.consumequeue and mode == "direct":  # the index's tasks read the pieces for both targets
+                from rocketidx.build.queues import place_queues
+                results, resolved, _ = ran
+                queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
+                                      resolved, config.queue_file_size, staging.path,
+                                      run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n)
+            elif config.consumequeue:
                 queues = queues_on_spark(spark, segments, opts, config.queue_file_size,
                                          delay_levels_ms(config.delay_levels), staging.path, n)
                 if ran is None:
@@ -197,7 +203,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         keep_task_time_index(tdir, segments, results, blocks if mode == "direct" else 0, summary, config.check_crc)
     figures = _figures(mode, results, splits, n, plan_figures, t_job, t_commit)
     if queues is not None:
-        figures["consumequeue"] = _queue_figures(queues)
+        figures["consumequeue"] = _queue_figures(queues) | {
+            "read": "with the index (direct plan)" if config.index and mode == "direct" else "its own"}
         figures["peak_worker_rss_mb"] = max(figures["peak_worker_rss_mb"], figures["consumequeue"]["peak_worker_rss_mb"])
     if stats is not None:
         stats.update(figures)
@@ -226,7 +233,8 @@ def _try_direct(spark, opts: SourceOptions, output, staging: Staging, config: Bu
     plan = plan_tasks(segments, opts, config.window_ms, shuffle_partitions, spark.sparkContext.defaultParallelism,
                       plan_figures, time_index=tdir)
     blocks = collect_blocks(tdir, segments, opts, plan)
-    params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms, time_blocks=blocks)
+    params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms, time_blocks=blocks,
+                          queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None)
     if not plan.tasks:
         # No record starts in the read; a time index may show that without reading (no record in the slice).
         return (([], resolve_stops(plan.skipped), 0), blocks) if plan.skipped else (None, 0)

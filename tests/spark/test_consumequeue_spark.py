@@ -129,3 +129,27 @@ def test_the_verify_command_runs_on_spark_and_refuses_spark_without_the_log(spar
     assert "engine: spark" in out and "clean" in out
     assert main(["verify", "--consumequeue", str(case / "expected" / "consumequeue"), "--master", "local[2]"]) == 2
     assert "needs a check with --commitlog" in capsys.readouterr().err
+
+
+def test_one_read_feeds_both_targets_on_spark_for_a_range_too(spark, tmp_path):
+    """The index's direct tasks dispatch the pieces they read: no second read, the in-process range's bytes."""
+    from rocketidx.build.local import build_index_range
+    case = CQ_CASES[0]
+    config = config_of(case, ("index", "consumequeue"))
+    whole, _ = build_index(case / "commitlog", tmp_path / "whole", config)
+    middle = whole["segments"][1]["base_offset"] + 777
+    for bounds in ({}, {"from_offset": middle}, {"to_time_ms": _middle_time(tmp_path / "whole")}):
+        stats: dict = {}
+        name = "-".join(bounds) or "all"
+        manifest, _ = build_index_spark(case / "commitlog", tmp_path / f"spark-{name}", config, spark=spark,
+                                        split_bytes=65536, shuffle_partitions=2, stats=stats, **bounds)
+        assert stats["mode"] == "direct" and stats["consumequeue"]["read"].startswith("with the index")
+        ref, _ = build_index_range(case / "commitlog", tmp_path / f"ref-{name}", config, **bounds)
+        assert manifest["consumequeues"] == ref["consumequeues"] and manifest["files"] == ref["files"]
+        assert tree(tmp_path / f"spark-{name}" / "consumequeue") == tree(tmp_path / f"ref-{name}" / "consumequeue")
+        assert tree(tmp_path / f"spark-{name}" / "index") == tree(tmp_path / f"ref-{name}" / "index")
+
+
+def _middle_time(out: Path) -> int:
+    m = json.loads((out / "_manifest.json").read_text())
+    return (m["files"][0]["begin_timestamp"] + m["files"][-1]["end_timestamp"]) // 2
