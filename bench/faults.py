@@ -1,7 +1,7 @@
 """The fault campaign of issue 12, kept in the repository: ``make faults`` (a small sample runs in the unit
 suite, tests/unit/test_faults_sample.py).
 
-Four parts, each printing counts per outcome and keeping a reproducer for every failure under
+Six parts, each printing counts per outcome and keeping a reproducer for every failure under
 ``bench-data/faults/repro/<part>-<n>/`` (the inputs, the command and the traceback):
 
 * ``logs``: ``--logs`` mutated CommitLogs (default 50,000), each made from one of three small generated
@@ -32,7 +32,13 @@ Four parts, each printing counts per outcome and keeping a reproducer for every 
   and writer partitions): exit code, entries, messages, stop, file bytes and rocketidx's warning lines
   must be the same. Counts the logs where a broker rule left entries out.
 
-Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines``;
+* ``queues``: ``--queue-cases`` damaged ConsumeQueues (default 2,000; bench/cq_faults.py): flipped bytes in
+  each field, zeroed entries, truncated, extended, deleted and junk files, dirty tails, swapped, deleted and
+  unexplained queues, over the reference cases' queues and a generated store's, through ``verify
+  --consumequeue`` with the CommitLog (every damage must be reported) and from the files alone (catches
+  counted per kind); the clean bases must verify clean; every 25th case also on Spark, the same report.
+
+Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues``;
 ``--workers``.
 """
 from __future__ import annotations
@@ -897,6 +903,25 @@ def run_engines(n: int, seed: int = 1, work: Path | None = None, spark=None, rep
     return counts, failures
 
 
+# --- part 6: damaged ConsumeQueues ----------------------------------------------------------------------
+
+def run_queue_part(cases: int, seed: int = 1, spark: bool = True) -> tuple[Counter, list[dict]]:
+    from cq_faults import run_queues
+    work = scratch_root()
+    session = None
+    try:
+        if spark:
+            from rocketidx.spark.session import get_session
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            session = get_session(master="local[2]")
+        counts, failures = run_queues(cases, seed, work, spark=session)
+        return counts, [_keep(dict(f, part="queues")) for f in failures]
+    finally:
+        if session is not None:
+            session.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --- main -------------------------------------------------------------------------------------------
 
 def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> None:
@@ -909,7 +934,8 @@ def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="logs,index,kills,race,engines")
+    ap.add_argument("--only", default="logs,index,kills,race,engines,queues")
+    ap.add_argument("--queue-cases", type=int, default=2_000, help="queues: damaged ConsumeQueues through verify")
     ap.add_argument("--logs", type=int, default=50_000)
     ap.add_argument("--index-cases", type=int, default=1_000)
     ap.add_argument("--kills", type=int, default=10, help="per kind: in-process build, Spark build, backfill")
@@ -936,6 +962,8 @@ def main(argv=None) -> int:
             counts, failures = run_race(a.queries, a.builds, seed=a.seed)
         elif part == "engines":
             counts, failures = run_engines(a.engine_logs, a.seed)
+        elif part == "queues":
+            counts, failures = run_queue_part(a.queue_cases, a.seed, spark=not a.no_spark)
         else:
             raise SystemExit(f"unknown part {part}")
         seconds = time.monotonic() - t

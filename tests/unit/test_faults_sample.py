@@ -25,6 +25,14 @@ def test_damaged_indexes_are_reported_or_refused_never_a_traceback():
     assert not any("UNDETECTED" in k for k in counts), counts
 
 
+def test_damaged_consumequeues_are_all_reported_with_the_log_and_clean_ones_never(tmp_path):
+    from cq_faults import KINDS, run_queues
+    counts, failures = run_queues(2 * len(KINDS), seed=7, work=tmp_path)
+    assert not failures, failures[0]["error"]
+    assert all(counts[f"{k}: with the log reported"] for k in KINDS if k != "delete-middle")
+    assert counts["clean base, with the log: clean"] == counts["clean base, files alone: clean"] >= 7
+
+
 @pytest.mark.slow
 def test_queries_racing_builds_see_one_build_each():
     counts, failures = faults.run_race(60, 4, seed=7)
