@@ -47,6 +47,21 @@ def committed_files(uri: str) -> list[bytes]:
     return got
 
 
+def committed_queues(uri: str) -> dict[str, bytes]:
+    """The committed ConsumeQueue files of a remote output (``topic/queueId/name`` -> bytes), as its manifest
+    lists them, read back through pyarrow alone."""
+    from rocketidx.output.remote import RemoteOutput
+    out = RemoteOutput.from_uri(uri)
+    version = out.current_version()
+    got = {}
+    for q in out.read_manifest()["consumequeues"]["queues"]:
+        for name in q["files"]:
+            rel = f"{q['topic']}/{q['queue_id']}/{name}"
+            with out.fs.open_input_stream(out.path(version, "consumequeue", rel)) as f:
+                got[rel] = f.read()
+    return got
+
+
 def assert_golden_output(case, uri: str, manifest: dict) -> None:
     """The remote output at ``uri`` holds the case's expected files byte for byte, under ``manifest``,
     and answers every query of the case as RocketMQ did, read remotely."""

@@ -136,7 +136,7 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
             if counts and report_ranges:
                 infos.append(info)
             if queues is not None:
-                queue_reads.append(finish_read(queues, info, params.staging, f"{task_dir}/q{piece.index:05d}.units"))
+                queue_reads.append(finish_read(queues, info, dest, f"q{piece.index:05d}.units"))
             if counts and info.stop_kind in FINAL_STOPS:
                 break
 

@@ -37,7 +37,7 @@ from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollec
 from rocketidx.commitlog.timeindex import keep as keep_time_index
 from rocketidx.config import BuildConfig
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
-from rocketidx.errors import ConfigError, RocketIdxError
+from rocketidx.errors import RocketIdxError
 from rocketidx.index.windows import assign_windows
 from rocketidx.output.local import LocalOutput
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR
@@ -60,9 +60,6 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     file name must sort after this one.
     """
     remote = storage.is_remote(out)
-    if remote and config.consumequeue:
-        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
-                                                              "not to a URI")
     with built_here(out) as target:
         return _build_index_at(commitlog, target, config, segments=segments, progress=progress, native=native,
                                start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
@@ -164,9 +161,6 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     :func:`finish_build`.
     """
     remote = storage.is_remote(out)
-    if remote and config.consumequeue:
-        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
-                                                              "not to a URI")
     with built_here(out) as target:
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
                                from_time_ms=from_time_ms, to_time_ms=to_time_ms,

@@ -23,6 +23,8 @@ from __future__ import annotations
 import io
 import logging
 import os
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -38,6 +40,9 @@ from rocketidx.consumequeue.runs import RUN_ROWS, BadTopic, FilePlan, SplitQueue
 from rocketidx.errors import RocketIdxError
 from rocketidx.output.local import TASKS_DIR
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR
+from rocketidx.output.remote import RemoteOutput
+from rocketidx.output.target import TaskFiles, scratch_dir
+import rocketidx.storage as storage
 from rocketidx.usage import Usage
 
 log = logging.getLogger(__name__)
@@ -73,7 +78,7 @@ def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadR
     """Read one split: dispatch its records, write their units to a piece of its own, return the runs."""
     usage = Usage()
     task_dir = f"{TASKS_DIR}/q{split.index:05d}-t{attempt}-{uuid.uuid4().hex[:8]}"
-    os.makedirs(os.path.join(params.staging, task_dir))
+    files = TaskFiles(params.staging, task_dir)
     queues = SplitQueues(split.index)
     reading = read_split(split, params.spec)
     while True:
@@ -83,14 +88,20 @@ def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadR
             info: RangeInfo = done.value
             break
         queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms))
-    return finish_read(queues, info, params.staging, f"{task_dir}/units", usage)
+    try:
+        return finish_read(queues, info, files, "units", usage)
+    finally:
+        files.close()
 
 
-def finish_read(queues: SplitQueues, info: RangeInfo, staging: str, piece: str, usage: Usage | None = None
+def finish_read(queues: SplitQueues, info: RangeInfo, files: TaskFiles, name: str, usage: Usage | None = None
                 ) -> ReadResult:
-    """A split's gathered queues -> its piece file (``piece``, relative to ``staging``) and its result. The
-    index's direct tasks call it too, for the pieces they read (one read feeds both)."""
-    runs = queues.finish(os.path.join(staging, piece), piece)
+    """A split's gathered queues -> its piece file (``name`` among the task's ``files``, published to the
+    staging version: uploaded where that is a URI) and its result. The index's direct tasks call it too, for
+    the pieces they read (one read feeds both)."""
+    runs = queues.finish(os.path.join(files.local, name), f"{files.task_dir}/{name}")
+    if runs.num_rows:
+        files.publish([name])
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, RUN_ROWS) as w:
         w.write_table(runs)
@@ -98,11 +109,26 @@ def finish_read(queues: SplitQueues, info: RangeInfo, staging: str, piece: str, 
                       usage.cpu_ms if usage else 0, usage.peak_rss_kb if usage else 0)
 
 
-def write_task(plans: list[FilePlan], staging: str, file_size: int) -> dict:
-    """Write a share of the queue files; returns the files written and the task's cost."""
+def write_task(plans: list[FilePlan], staging: str, file_size: int, sync: bool = True) -> dict:
+    """Write a share of the queue files; returns the files written and the task's cost. On a URI each file is
+    made in local scratch space and uploaded whole (object stores cannot write a file in place)."""
     usage = Usage()
-    for plan in plans:
-        write_file(os.path.join(staging, CONSUMEQUEUE_DIR), staging, plan, file_size)
+    if not storage.is_remote(staging):
+        for plan in plans:
+            write_file(os.path.join(staging, CONSUMEQUEUE_DIR), staging, plan, file_size, sync)
+    else:
+        remote = RemoteOutput.from_uri(staging)
+        scratch = tempfile.mkdtemp(prefix="rocketidx-cq-", dir=scratch_dir())
+        try:
+            for plan in plans:
+                write_file(scratch, staging, plan, file_size)
+                local = os.path.join(scratch, plan.path)
+                with open(local, "rb") as src, remote.fs.open_output_stream(
+                        remote.path(CONSUMEQUEUE_DIR, plan.path)) as dst:
+                    shutil.copyfileobj(src, dst, 8 * 1024**2)
+                os.unlink(local)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
     return {"files": len(plans), "cpu_ms": usage.cpu_ms, "worker_rss_kb": usage.peak_rss_kb}
 
 
@@ -111,9 +137,9 @@ def local_reads(splits: list[SegmentRange], params: ReadParams) -> list[ReadResu
     return [read_task(s, params) for s in splits]
 
 
-def local_writes(groups: list[list[FilePlan]], staging: str, file_size: int) -> list[dict]:
+def local_writes(groups: list[list[FilePlan]], staging: str, file_size: int, sync: bool = True) -> list[dict]:
     """:func:`build_queues`' ``run_writes`` in this process."""
-    return [write_task(g, staging, file_size) for g in groups]
+    return [write_task(g, staging, file_size, sync) for g in groups]
 
 
 @dataclass
@@ -144,11 +170,13 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
                  staging: str, *,
                  run_reads: Callable[[list[SegmentRange], ReadParams], list[ReadResult]] = local_reads,
                  run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
-                 write_tasks: int = 1) -> QueuesBuilt:
+                 write_tasks: int = 1, sync: bool = True) -> QueuesBuilt:
     """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
     docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``:
     ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups, staging,
-    file_size)`` :func:`write_task` on each group of file plans."""
+    file_size, sync)`` :func:`write_task` on each group of file plans. ``sync=False``: a scratch rebuild
+    (verify's), whose files no one keeps, skips the fsyncs."""
+    _check_staging(staging)
     params = ReadParams(staging, spec, tuple(delays_ms))
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
@@ -164,15 +192,16 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
     else:
         raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
     return place_queues(segments, reads, [r.info for r in reads], resolved, file_size, staging,
-                        run_writes=run_writes, write_tasks=write_tasks, splits=len(splits))
+                        run_writes=run_writes, write_tasks=write_tasks, splits=len(splits), sync=sync)
 
 
 def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[RangeInfo], resolved: ResolvedStops,
                  file_size: int, staging: str, *, run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
-                 write_tasks: int = 1, splits: int | None = None) -> QueuesBuilt:
+                 write_tasks: int = 1, splits: int | None = None, sync: bool = True) -> QueuesBuilt:
     """Steps 2 and 3: place the counted reads' runs and write the files. ``reads`` may come from any plan whose
     pieces tile the read (the index's direct tasks hand theirs over): every counted piece of ``infos`` (what
     the stops were resolved from) that kept a record must be among them."""
+    _check_staging(staging)
     counted = sorted((r for r in reads if r.split in resolved.included), key=lambda r: r.split)
     have = {r.split for r in counted}
     if len(have) != len(counted):
@@ -186,10 +215,11 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
     runs = pa.concat_tables([r.table() for r in counted]) if counted else RUN_ROWS.empty_table()
     settled = settle(runs, file_size, read_piece_ends(staging))
     groups = share_files(settled.files, write_tasks)
-    writes = run_writes(groups, staging, file_size) if groups else []
+    writes = run_writes(groups, staging, file_size, sync) if groups else []
     if sum(w["files"] for w in writes) != len(settled.files):
         raise RocketIdxError(f"the writers wrote {sum(w['files'] for w in writes)} of {len(settled.files)} queue files")
-    _sync_dirs(os.path.join(staging, CONSUMEQUEUE_DIR), settled)
+    if sync and not storage.is_remote(staging):  # a store's PUT is its durability; a file's name, its directory's
+        _sync_dirs(os.path.join(staging, CONSUMEQUEUE_DIR), settled)
     queues = sorted(settled.queues, key=lambda q: (q.topic, q.queue_id))
     manifest = {"file_size": file_size,
                 "commitlog_min_offset": segments[0].base_offset if segments else 0,
@@ -202,8 +232,16 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
                        len(reads) if splits is None else splits)
 
 
+def _check_staging(staging: str) -> None:
+    """Tasks on other machines (or in other directories) must find it: an absolute path or a URI."""
+    if not (storage.is_uri(staging) or os.path.isabs(staging)):
+        raise RocketIdxError(f"the staging directory {staging!r} is neither an absolute path nor a URI")
+
+
 def _remove_pieces(staging: str) -> None:
-    import shutil
+    """The first pass's pieces, once it is reread (a URI's stay until the commit removes ``_tasks``)."""
+    if storage.is_remote(staging):
+        return
     root = os.path.join(staging, TASKS_DIR)
     for name in os.listdir(root) if os.path.isdir(root) else []:
         if name.startswith("q"):

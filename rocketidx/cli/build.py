@@ -77,10 +77,6 @@ def run_build(a: argparse.Namespace) -> int:
                                           ("spark_conf", "split_bytes", "partitions")):
         return 2
     settings = spark_settings(a)
-    if cfg.consumequeue and storage.is_remote(a.out):  # refused before the output is touched
-        from rocketidx.errors import ConfigError
-        raise ConfigError("--targets", ",".join(cfg.targets), "ConsumeQueues are written to a local output so far "
-                                                             "(into a URI: not yet)")
     segments = list_segments(a.commitlog, from_offset=a.from_offset, to_offset=a.to_offset)
     filters = {k: v for k, v in (("from_offset", a.from_offset), ("to_offset", a.to_offset),
                                  ("from_time_ms", a.from_time), ("to_time_ms", a.to_time)) if v is not None}

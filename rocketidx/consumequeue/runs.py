@@ -30,6 +30,7 @@ from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.placement import CONSECUTIVE, UNIT, ZERO, QueueState, find_runs, place_runs
 from rocketidx.consumequeue.writer import QueueInfo, file_name, topic_problem
 from rocketidx.errors import TopicNameError
+import rocketidx.storage as storage
 
 RUN_ROWS = pa.schema([
     ("split", pa.int32()),  # the split's index (CommitLog order)
@@ -215,11 +216,11 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
 
 
 def read_piece_ends(root: str):
-    """A ``read_ends`` for :func:`settle` over piece files under ``root`` (the staging directory)."""
+    """A ``read_ends`` for :func:`settle` over piece files under ``root`` (the staging directory: a path or
+    a URI)."""
     def read(piece: str, at: int, n: int) -> np.ndarray:
-        with open(os.path.join(root, piece), "rb") as f:
-            f.seek(at)
-            units = np.frombuffer(f.read(n * UNIT), L.CQ_UNIT)
+        with storage.RangeFile(storage.join(root, piece)) as f:
+            units = np.frombuffer(f.read_at(n * UNIT, at), L.CQ_UNIT)
         return units["phy_offset"].astype(np.int64) + units["size"].astype(np.int64)
     return read
 
@@ -227,10 +228,10 @@ def read_piece_ends(root: str):
 COPY_BYTES = 8 * 1024**2  # what an assembly task holds at a time
 
 
-def write_file(directory: str, pieces_root: str, plan: FilePlan, file_size: int) -> None:
-    """Write one queue file under ``directory`` from its plan: created at full size (zeros, as the broker
-    preallocates), blank slots filled, the pieces' units copied, synced. Writing it again gives the same
-    bytes, so a retried or speculative task is harmless."""
+def write_file(directory: str, pieces_root: str, plan: FilePlan, file_size: int, sync: bool = True) -> None:
+    """Write one queue file under ``directory`` (local) from its plan: created at full size (zeros, as the
+    broker preallocates), blank slots filled, the pieces' units (under ``pieces_root``: a path or a URI)
+    copied, synced. Writing it again gives the same bytes, so a retried or speculative task is harmless."""
     path = os.path.join(directory, plan.path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
@@ -240,24 +241,24 @@ def write_file(directory: str, pieces_root: str, plan: FilePlan, file_size: int)
             blank = np.zeros(plan.blanks, L.CQ_UNIT)
             blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
             _pwrite_all(fd, blank.tobytes(), plan.blank_at, path)
-        opened: dict[str, object] = {}
+        opened: dict[str, storage.RangeFile] = {}
         try:
             for piece, src, length, at in plan.copies:
                 f = opened.get(piece)
                 if f is None:
-                    f = opened[piece] = open(os.path.join(pieces_root, piece), "rb")
+                    f = opened[piece] = storage.RangeFile(storage.join(pieces_root, piece))
                 done = 0
                 while done < length:
-                    f.seek(src + done)
-                    data = f.read(min(COPY_BYTES, length - done))
+                    data = f.read_at(min(COPY_BYTES, length - done), src + done)
                     if not data:
-                        raise OSError(f"{os.path.join(pieces_root, piece)}: ends before byte {src + done}")
+                        raise OSError(f"{storage.redact(f.path)}: ends before byte {src + done}")
                     _pwrite_all(fd, data, at + done, path)
                     done += len(data)
         finally:
             for f in opened.values():
                 f.close()
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

@@ -150,21 +150,23 @@ class ConsumeQueueWriter:
             units["tags_code"] = d.tags_code[rows]
             queue.write(queue.state.write_pos - len(rows) * UNIT, units.tobytes())
 
-    def close(self) -> list[QueueInfo]:
-        """Sync every file and directory; the queues, sorted by topic and queue id."""
+    def close(self, sync: bool = True) -> list[QueueInfo]:
+        """Sync every file and directory (``sync=False``: a scratch rebuild, which no one keeps); the queues,
+        sorted by topic and queue id."""
         infos = []
         for (topic, qid), q in sorted(self.queues.items()):
             st = q.state
             if st.first_file is None:  # every record of it had a negative QUEUEOFFSET: no file, no queue
                 continue
             names = [file_name(o) for o in range(st.first_file, st.files_end, st.file_size)]
-            for n in names:
-                _fsync(os.path.join(q.directory, n))
-            _fsync(q.directory)
+            if sync:
+                for n in names:
+                    _fsync(os.path.join(q.directory, n))
+                _fsync(q.directory)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
-        for topic in {q.topic for q in infos}:
+        for topic in {q.topic for q in infos} if sync else ():
             _fsync(os.path.join(self.directory, topic))
-        if infos:
+        if infos and sync:
             _fsync(self.directory)
         return infos
 

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.index.writer import FileInfo
-from rocketidx.output.manifest import (CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile, version_named)
+from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile, version_named)
 from rocketidx.index.windows import assign_file_names
 import rocketidx.interrupts as interrupts
 from rocketidx.output.local import LOCK, SUCCESS, Staging, order_files
@@ -229,7 +229,7 @@ class RemoteOutput:
             list(pool.map(lambda m: self.move(*m), moves))  # list(): a failed move raises here
         import pyarrow.fs as pafs
         for info in self.fs.get_file_info(pafs.FileSelector(staging.path)):
-            if info.base_name != INDEX_DIR:  # task scratch directories: not part of the version
+            if info.base_name not in (INDEX_DIR, CONSUMEQUEUE_DIR):  # task scratch directories: not the version's
                 self.remove(info.path)
         written = Manifest.build(manifest, [ManifestFile.committed(f, name) for f, name in zip(files, names)])
         self._point_at(staging, written)
@@ -257,9 +257,12 @@ class RemoteOutput:
             raise StoreLayoutError(local_out, "no committed build to publish")
         staging = self.new_staging()
         try:
-            for name in manifest.names:
-                with open(os.path.join(local_out, INDEX_DIR, name), "rb") as src, \
-                        self.fs.open_output_stream(f"{staging.path}/{INDEX_DIR}/{name}") as dst:
+            names = [f"{INDEX_DIR}/{name}" for name in manifest.names]
+            for q in (manifest.header.get("consumequeues") or {}).get("queues", []):
+                names += [f"{CONSUMEQUEUE_DIR}/{q['topic']}/{q['queue_id']}/{name}" for name in q["files"]]
+            for name in names:
+                with open(os.path.join(local_out, name), "rb") as src, \
+                        self.fs.open_output_stream(f"{staging.path}/{name}") as dst:
                     shutil.copyfileobj(src, dst, 8 * 1024**2)
             with interrupts.deferred():
                 self._point_at(staging, manifest)

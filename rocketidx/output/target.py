@@ -59,7 +59,7 @@ def built_here(out: str | os.PathLike):
         return
     remote = RemoteOutput.from_uri(out)
     with remote.lock():
-        scratch = tempfile.mkdtemp(prefix="rocketidx-out-", dir=_scratch_dir())
+        scratch = tempfile.mkdtemp(prefix="rocketidx-out-", dir=scratch_dir())
         try:
             yield scratch
             remote.publish(scratch)
@@ -67,7 +67,7 @@ def built_here(out: str | os.PathLike):
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _scratch_dir() -> str:
+def scratch_dir() -> str:
     """Local scratch space: the first of ``SPARK_LOCAL_DIRS`` (a task's), else the system temp directory."""
     return (os.environ.get("SPARK_LOCAL_DIRS") or tempfile.gettempdir()).split(",")[0]
 
@@ -81,6 +81,7 @@ class TaskFiles:
     """
 
     def __init__(self, location: str, task_dir: str):
+        self.task_dir = task_dir  # relative to the version directory
         location = storage.normalize(location)
         self.remote = RemoteOutput.from_uri(location) if is_uri(location) else None
         if self.remote is None:
@@ -89,7 +90,7 @@ class TaskFiles:
             return
         self.target = self.remote.path(task_dir)
         self.remote.fs.create_dir(self.target, recursive=True)
-        self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=_scratch_dir())
+        self.local = tempfile.mkdtemp(prefix="rocketidx-write-", dir=scratch_dir())
 
     def publish(self, names: list[str]) -> None:
         """Make the closed files ``names`` (in :attr:`local`) visible at the task's location."""

@@ -140,9 +140,6 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     t0 = time.monotonic()
     commitlog, out = storage.normalize(commitlog), storage.normalize(out)
     output = open_output(out)
-    if config.consumequeue and storage.is_remote(out):
-        raise ConfigError("targets", ",".join(config.targets), "ConsumeQueues are written to a local output so far, "
-                                                              "not to a URI")
     from_offset = _checked(from_offset, start_offset, split_bytes, shuffle_partitions)
     segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
     if spark is None:
@@ -177,11 +174,11 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                 from rocketidx.build.queues import place_queues
                 results, resolved, _ = ran
                 queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
-                                      resolved, config.queue_file_size, staging.path,
+                                      resolved, config.queue_file_size, staging.uri,
                                       run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n)
             elif config.consumequeue:
                 queues = queues_on_spark(spark, segments, opts, config.queue_file_size,
-                                         delay_levels_ms(config.delay_levels), staging.path, n)
+                                         delay_levels_ms(config.delay_levels), staging.uri, n)
                 if ran is None:
                     ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, splits = ran
@@ -262,14 +259,14 @@ def _figures(mode: str, results: list[TaskResult], splits: int, n: int, plan_fig
 # --- the ConsumeQueues: splits read in parallel, runs placed here, files written in parallel ------------
 
 def queues_on_spark(spark, segments, spec: SplitSpec, file_size: int, delays_ms: tuple[int, ...], staging: str,
-                    n: int):
+                    n: int, sync: bool = True):
     """:func:`rocketidx.build.queues.build_queues` with Spark running the reads (a task per split) and the
     writes (``n`` tasks). ``staging`` must be a directory every executor sees (local masters: any)."""
     from rocketidx.build.queues import build_queues
     spec = SplitSpec(**{f.name: getattr(spec, f.name) for f in fields(SplitSpec)})
     return build_queues(segments, spec, file_size, delays_ms, staging,
                         run_reads=partial(_queue_job, spark, _queue_reads),
-                        run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n)
+                        run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n, sync=sync)
 
 
 def _queue_job(spark, task, items, *args):

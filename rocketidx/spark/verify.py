@@ -453,7 +453,7 @@ def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_b
 
     def rebuild(segments, scratch: str, file_size: int, delays: tuple[int, ...], crc: bool):
         built = queues_on_spark(spark, segments, SplitSpec(split_bytes=split_bytes, check_crc=crc), file_size,
-                                delays, scratch, spark.sparkContext.defaultParallelism)
+                                delays, scratch, spark.sparkContext.defaultParallelism, sync=False)
         stop = built.resolved.stop
         log_end = stop["phy_offset"] if stop else (segments[-1].end_offset if segments else 0)
         return os.path.join(scratch, CONSUMEQUEUE_DIR), built.queues, log_end

@@ -144,7 +144,7 @@ def rebuild_in_process(segments, scratch: str, file_size: int, delays_ms: tuple[
     for seg, buf, recs in reader.record_chunks():
         writer.add(seg, dispatch(buf, seg, recs, delays_ms))
     log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
-    return os.path.join(scratch, "cq"), writer.close(), log_end
+    return os.path.join(scratch, "cq"), writer.close(sync=False), log_end
 
 
 def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_size: int, log_end: int,

@@ -153,3 +153,35 @@ def test_one_read_feeds_both_targets_on_spark_for_a_range_too(spark, tmp_path):
 def _middle_time(out: Path) -> int:
     m = json.loads((out / "_manifest.json").read_text())
     return (m["files"][0]["begin_timestamp"] + m["files"][-1]["end_timestamp"]) // 2
+
+
+def test_a_topic_that_would_escape_out_is_one_line_on_spark_and_nothing_is_written(spark, tmp_path, capsys):
+    from scenarios import Rec, lay_segment, write_segments
+    good = [Rec(queue_offset=i, body=b"x" * 150) for i in range(6)]
+    store = write_segments(tmp_path / "store", [lay_segment(good[:3] + [Rec(topic=b"../../escape", body=b"y" * 150)]
+                                                             + good[3:])])
+    out = tmp_path / "deep" / "out"
+    assert main(["build", "--commitlog", str(store), "--out", str(out), "--targets", "consumequeue", "--master",
+                 "local[2]", "--split-bytes", "300"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot be a ConsumeQueue directory name" in err[0] and "'../../escape'" in err[0]
+    assert not (tmp_path / "escape").exists() and not (tmp_path / "deep" / "escape").exists()
+    assert not (out / "consumequeue").exists()
+
+
+def test_queues_from_s3_into_s3_on_spark_are_rocketmqs(spark, s3_server, tmp_path):
+    """Read tasks upload their pieces, write tasks make each file locally and upload it whole, the commit keeps
+    ``consumequeue/`` in the version: the files are the broker's, for the queues alone and with the index."""
+    from s3server import committed_queues
+    case = CQ_CASES[1]
+    bucket = s3_server.new_bucket()
+    commitlog = f"s3://{bucket}/store/commitlog"
+    s3_server.upload_dir(str(case / "commitlog"), commitlog)
+    for targets in (("consumequeue",), ("index", "consumequeue")):
+        out = f"s3://{bucket}/out-{len(targets)}"
+        stats: dict = {}
+        manifest, _ = build_index_spark(commitlog, out, config_of(case, targets), spark=spark, split_bytes=65536,
+                                        shuffle_partitions=2, stats=stats)
+        assert committed_queues(out) == tree(case / "expected" / "consumequeue")
+        ref, _ = build_index(case / "commitlog", tmp_path / f"ref-{len(targets)}", config_of(case, targets))
+        assert manifest["consumequeues"] == {**ref["consumequeues"]}

@@ -293,11 +293,18 @@ def test_a_range_builds_what_a_broker_fed_only_that_range_writes(tmp_path):
     assert queues.get(q["topic"], q["queue_id"], q["min_offset"]) is not None
 
 
-def test_consumequeues_into_a_uri_are_refused_for_now(tmp_path, capsys):
+def test_consumequeues_into_a_uri_are_rocketmqs_files(s3_bucket, tmp_path):
+    """An in-process build into ``s3://`` publishes the queues beside the index, under the same commit."""
+    from s3server import committed_queues
     case = CQ_CASES[0]
-    assert main(["build", "--commitlog", str(case / "commitlog"), "--out", "s3://bucket/o", "--targets",
-                 "consumequeue"]) == 2
-    assert "not yet" in capsys.readouterr().err
+    c = json.loads((case / "case.json").read_text())
+    cfg = BuildConfig(c["hashSlotNum"], c["indexNum"], c["windowMillis"], "UTC", targets=("index", "consumequeue"),
+                      cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"])
+    for build in (build_index, build_index_range):
+        out = f"{s3_bucket}/{build.__name__}"
+        manifest, _ = build(case / "commitlog", out, cfg)
+        assert committed_queues(out) == tree(case / "expected" / "consumequeue")
+        assert manifest["consumequeues"]["files"] == len(tree(case / "expected" / "consumequeue"))
 
 
 # --- the split-wise build (what Spark runs): splits cut anywhere, files the broker's ---------------------------
