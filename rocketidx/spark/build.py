@@ -160,27 +160,9 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         staging = output.new_staging()
         try:
             t_job = time.monotonic()
-            ran, plan_figures, blocks, mode = None, {}, 0, "queues"
-            if config.index:
-                if not shuffle and segments and not any(storage.is_remote(s.path) for s in segments):
-                    # Probing needs random access: a remote CommitLog goes by the shuffle plan.
-                    ran, blocks = _try_direct(spark, opts, output, staging, config, segments, shuffle_partitions,
-                                              tdir, plan_figures)
-                mode = "shuffle" if ran is None else "direct"
-                if ran is None:
-                    ran = _run(spark, opts, output, staging, config, n, segments)
-            queues = None
-            if config.consumequeue and mode == "direct":  # the index's tasks read the pieces for both targets
-                from rocketidx.build.queues import place_queues
-                results, resolved, _ = ran
-                queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
-                                      resolved, config.queue_file_size, staging.uri,
-                                      run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n)
-            elif config.consumequeue:
-                queues = queues_on_spark(spark, segments, opts, config.queue_file_size,
-                                         delay_levels_ms(config.delay_levels), staging.uri, n)
-                if ran is None:
-                    ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
+            plan_figures: dict = {}
+            ran, mode, blocks, queues = _run_targets(spark, opts, output, staging, config, segments, n, shuffle,
+                                                     shuffle_partitions, tdir, plan_figures)
             results, resolved, splits = ran
             t_job = time.monotonic() - t_job
             t_commit = time.monotonic()
@@ -207,6 +189,35 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         stats.update(figures)
     log.info("spark build: %s, %d files in %.2fs", figures, summary.files, summary.wall_s)
     return manifest, summary
+
+
+def _run_targets(spark, opts: SourceOptions, output, staging: Staging, config: BuildConfig, segments, n: int,
+                 shuffle: bool, shuffle_partitions: int | None, tdir: str | None, plan_figures: dict):
+    """Run the jobs the targets need: ``((results, resolved, splits), mode, block_bytes, queues)``. The index
+    by the direct plan where it can (its tasks then dispatch the queues too: one read), else the shuffle plan;
+    the queues by :func:`queues_on_spark` when no direct task read for them."""
+    ran, blocks, mode = None, 0, "queues"
+    if config.index:
+        if not shuffle and segments and not any(storage.is_remote(s.path) for s in segments):
+            # Probing needs random access: a remote CommitLog goes by the shuffle plan.
+            ran, blocks = _try_direct(spark, opts, output, staging, config, segments, shuffle_partitions, tdir,
+                                      plan_figures)
+        mode = "shuffle" if ran is None else "direct"
+        if ran is None:
+            ran = _run(spark, opts, output, staging, config, n, segments)
+    queues = None
+    if config.consumequeue and mode == "direct":
+        from rocketidx.build.queues import place_queues
+        results, resolved, _ = ran
+        queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results), resolved,
+                              config.queue_file_size, staging.uri, run_writes=partial(_queue_job, spark, _queue_writes),
+                              write_tasks=n)
+    elif config.consumequeue:
+        queues = queues_on_spark(spark, segments, opts, config.queue_file_size, delay_levels_ms(config.delay_levels),
+                                 staging.uri, n)
+        if ran is None:
+            ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
+    return ran, mode, blocks, queues
 
 
 def _checked(from_offset: int | None, start_offset: int | None, split_bytes: int,
