@@ -7,7 +7,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from rocketidx.backfill.store import write_checkpoint_index_ts
+from rocketidx.output.broker import write_checkpoint_index_ts
 from rocketidx.build.local import build_index
 from rocketidx.commitlog.entries import extract_entry_keys
 from rocketidx.commitlog.generate import GenConfig, generate_store

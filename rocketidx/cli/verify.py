@@ -11,9 +11,11 @@ from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
 
 def cmd_verify(a) -> int:
     broker = apply_broker_conf(a)
-    if bool(a.index) == bool(a.consumequeue):
-        print("rocketidx verify: give --index DIR or --consumequeue DIR", file=sys.stderr)
+    if sum(bool(x) for x in (a.index, a.consumequeue, a.store)) != 1:
+        print("rocketidx verify: give one of --index DIR, --consumequeue DIR, --store STORE", file=sys.stderr)
         return 2
+    if a.store:
+        return _verify_store(a, broker)
     if a.consumequeue:
         return _verify_queues(a, broker)
     from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
@@ -71,6 +73,49 @@ def _verify_on_spark(a, files, windows, window_ids, rules):
                                   check_crc=not a.no_crc, split_bytes=settings.split_bytes, rules=rules)
 
 
+def _verify_store(a, broker: dict) -> int:
+    """``verify --store``: every area of a stopped broker's store against its CommitLog, in this process so
+    far (a Spark flag is refused)."""
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
+    import rocketidx.layout as L
+    from rocketidx.verify.store import verify_store
+    if a.spark or a.commitlog or spark_flag_misused(a, "verify --store", "a check of --index or --consumequeue (a "
+                                                    "store is checked in this process so far)",
+                                                    ("master", "spark_conf", "split_bytes")):
+        if a.spark or a.commitlog:
+            print("rocketidx verify: --store reads the store's own commitlog/ and is checked in this process so "
+                  f"far; drop {'--spark' if a.spark else '--commitlog'}", file=sys.stderr)
+        return 2
+    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
+    cq_size = broker.get("mappedFileSizeConsumeQueue")
+    report = verify_store(a.store, hash_slot_num=a.hash_slots, index_num=a.index_num, delays_ms=delays,
+                          check_crc=not a.no_crc, cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE))
+    if a.json:
+        print(json.dumps(report.as_dict()))
+        return 0 if report.clean else 1
+    st = report.state
+    cp = st["checkpoint"]
+    print(f"store {report.store}: {'crashed (abort present)' if st['abort'] else 'stopped cleanly (no abort)'}; "
+          f"lock {st['lock']}")
+    print("checkpoint: " + ("missing" if cp is None else ", ".join(f"{k} {v}" for k, v in cp.items())))
+    print(f"a restart re-dispatches from offset {st['recovery_start']['offset']} "
+          f"({st['recovery_start']['how']})")
+    for area in ("index", "consumequeue", "checkpoint"):
+        r = report.areas.get(area)
+        if r is None:
+            print(f"{area}: not present")
+            continue
+        print(f"{area}: " + ("clean" if r.clean else ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))))
+        for kind, what in sorted(report.restart.get(area, {}).items()):
+            print(f"  {kind}: on restart, {what}")
+        for p in r.problems:
+            print(f"  {p.file} @ byte {p.offset}: [{p.kind}] {p.detail}")
+        if r.log_mismatch:
+            print(f"  {r.log_mismatch}")
+    print("clean: no problems found" if report.clean else "problems found")
+    return 0 if report.clean else 1
+
+
 def print_verify(r) -> None:
     print(f"{'file':24} {'entries':>10} {'begin phy':>14} {'end phy':>14} {'slots used':>10} {'problems':>8}")
     for f in r.files:
@@ -98,6 +143,8 @@ def add_parser(sub) -> None:
     add_broker_conf(v)
     v.add_argument("--consumequeue", help="check ConsumeQueue files instead: a build output, a broker store, or a "
                                           "consumequeue directory; the files alone, or with --commitlog every entry")
+    v.add_argument("--store", help="a stopped broker's store: its index, every ConsumeQueue and its checkpoint "
+                                   "against its commitlog/, with what a restart would do about each problem")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
     v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)

@@ -113,11 +113,13 @@ def _check_queue_alone(directory: str, key, offsets: list[int], report: VerifyRe
 
 
 def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
-                         check_crc: bool = True, rebuild=None) -> VerifyReport:
+                         check_crc: bool = True, rebuild=None, file_size: int | None = None) -> VerifyReport:
     """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild
-    (``rebuild``: how, :func:`rebuild_in_process` by default)."""
+    (``rebuild``: how, :func:`rebuild_in_process` by default). ``file_size``: the queue file size to rebuild
+    with where no file tells it (a store whose ``directory`` is gone or empty: every queue is missing)."""
     report = VerifyReport()
-    queues, file_size = list_queues(directory, report)
+    queues, found_size = list_queues(directory, report) if os.path.isdir(directory) or file_size is None else ({}, 0)
+    file_size = found_size or file_size
     for key, offsets in queues.items():
         report.entries_checked += _check_queue_alone(directory, key, offsets, report)
     if commitlog is None or not file_size:

@@ -13,7 +13,8 @@ import pytest
 
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
-from rocketidx.backfill.store import make_plan, read_checkpoint, run_backfill, write_checkpoint_index_ts
+from rocketidx.backfill.store import make_plan, run_backfill
+from rocketidx.output.broker import read_checkpoint, write_checkpoint_index_ts
 from rocketidx.cli import main
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 import rocketidx.layout as L
