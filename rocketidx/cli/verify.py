@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from rocketidx.cli.common import add_broker_conf, apply_broker_conf, spark_flag_misused, spark_settings
@@ -74,22 +75,42 @@ def _verify_on_spark(a, files, windows, window_ids, rules):
 
 
 def _verify_store(a, broker: dict) -> int:
-    """``verify --store``: every area of a stopped broker's store against its CommitLog, in this process so
-    far (a Spark flag is refused)."""
+    """``verify --store``: every area of a stopped broker's store against its CommitLog, on the engine the
+    rule picks (the store's CommitLog size; ``--master``, ``--spark``, ``--in-process`` as for the index)."""
     from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
     import rocketidx.layout as L
     from rocketidx.verify.store import verify_store
-    if a.spark or a.commitlog or spark_flag_misused(a, "verify --store", "a check of --index or --consumequeue (a "
-                                                    "store is checked in this process so far)",
-                                                    ("master", "spark_conf", "split_bytes")):
-        if a.spark or a.commitlog:
-            print("rocketidx verify: --store reads the store's own commitlog/ and is checked in this process so "
-                  f"far; drop {'--spark' if a.spark else '--commitlog'}", file=sys.stderr)
+    from rocketidx.build.engine import choose_engine, data_bytes
+    from rocketidx.commitlog.segments import list_segments
+    if a.commitlog:
+        print("rocketidx verify: --store reads the store's own commitlog/; drop --commitlog", file=sys.stderr)
+        return 2
+    if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
+                                                         ("master", "spark_conf", "split_bytes"))):
+        if a.spark:
+            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
         return 2
     delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
     cq_size = broker.get("mappedFileSizeConsumeQueue")
-    report = verify_store(a.store, hash_slot_num=a.hash_slots, index_num=a.index_num, delays_ms=delays,
-                          check_crc=not a.no_crc, cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE))
+    kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, delays_ms=delays, check_crc=not a.no_crc,
+              cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE))
+    log = os.path.join(a.store, "commitlog")
+    engine = choose_engine(data_bytes(list_segments(log)) if os.path.isdir(log) else 0, in_process=a.in_process,
+                           master=a.master, break_even=spark_settings(a).break_even,
+                           spark_only="--spark" if a.spark else None)
+    if not a.json:
+        print(f"engine: {engine.name} ({engine.reason})")
+    if engine.spark:
+        from rocketidx.cli.progress import spark_progress
+        from rocketidx.config import project_conf
+        from rocketidx.spark.session import load_spark_settings, spark_session
+        from rocketidx.spark.verify import verify_store_spark
+        settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
+                                       master=a.master)
+        with spark_session(settings) as s, spark_progress(s, "verify on Spark", enabled=not a.json):
+            report = verify_store_spark(a.store, spark=s, split_bytes=settings.split_bytes, **kw)
+    else:
+        report = verify_store(a.store, **kw)
     if a.json:
         print(json.dumps(report.as_dict()))
         return 0 if report.clean else 1

@@ -442,7 +442,8 @@ def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, tota
 # --- ConsumeQueues ----------------------------------------------------------------------------------------
 
 def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_bytes: int = DEFAULT_SPLIT_BYTES,
-                               delays_ms: tuple[int, ...] | None = None, check_crc: bool = True) -> VerifyReport:
+                               delays_ms: tuple[int, ...] | None = None, check_crc: bool = True,
+                               file_size: int | None = None) -> VerifyReport:
     """:func:`rocketidx.verify.queues.verify_consumequeues` with the CommitLog's queues rebuilt on Spark (the
     build's split-wise plan); the files alone, and the comparison, are checked here as in process."""
     from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
@@ -459,4 +460,12 @@ def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_b
         return os.path.join(scratch, CONSUMEQUEUE_DIR), built.queues, log_end
 
     return verify_consumequeues(directory, commitlog, delays_ms=delays_ms or DEFAULT_DELAYS_MS, check_crc=check_crc,
-                                rebuild=rebuild)
+                                rebuild=rebuild, file_size=file_size)
+
+
+def verify_store_spark(store, *, spark, split_bytes: int = DEFAULT_SPLIT_BYTES, **kw):
+    """:func:`rocketidx.verify.store.verify_store` with the index and the queues checked on Spark (the same
+    report; ``kw`` as there)."""
+    from rocketidx.verify.store import verify_store
+    return verify_store(store, index_check=partial(verify_index_spark, spark=spark, split_bytes=split_bytes),
+                        queue_check=partial(verify_consumequeues_spark, spark=spark, split_bytes=split_bytes), **kw)

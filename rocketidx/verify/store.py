@@ -122,9 +122,11 @@ def queues_max_offset(directory: str) -> int | None:
 
 def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
-                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE) -> StoreReport:
+                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE, index_check=verify_index,
+                 queue_check=verify_consumequeues) -> StoreReport:
     """Check every area of ``store`` against its CommitLog (see the module docstring). ``cq_file_size``: the
-    queue file size where no queue file tells it."""
+    queue file size where no queue file tells it; ``index_check``, ``queue_check``: the area checks (these
+    in-process ones, or :func:`rocketidx.spark.verify.verify_store_spark`'s)."""
     store = Path(store)
     commitlog = store / "commitlog"
     if not commitlog.is_dir():
@@ -142,15 +144,14 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if (store / "index").is_dir() and any((store / "index").iterdir()):
         pre = VerifyReport()
         files, _ = open_for_verify(store / "index", hash_slot_num, index_num, pre)
-        idx = verify_index(files, str(commitlog), check_crc=check_crc, open_start=True)
+        idx = index_check(files, str(commitlog), check_crc=check_crc, open_start=True)
         idx.problems[:0] = pre.problems
         idx.counts.update(pre.counts)
         report.areas["index"] = idx
         report.restart["index"] = {k: INDEX_RESTART.format(start=start) for k in idx.counts}
         report.areas["checkpoint"] = _checkpoint_problems(files, checkpoint, abort)
     # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
-    cq = verify_consumequeues(str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc,
-                              file_size=cq_file_size)
+    cq = queue_check(str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size)
     report.areas["consumequeue"] = cq
     redispatch = REDISPATCH.format(start=start, how=how)
     report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts}

@@ -185,3 +185,21 @@ def test_queues_from_s3_into_s3_on_spark_are_rocketmqs(spark, s3_server, tmp_pat
         assert committed_queues(out) == tree(case / "expected" / "consumequeue")
         ref, _ = build_index(case / "commitlog", tmp_path / f"ref-{len(targets)}", config_of(case, targets))
         assert manifest["consumequeues"] == {**ref["consumequeues"]}
+
+
+def test_verify_store_on_spark_gives_the_in_process_report(spark, tmp_path, capsys):
+    from store_scenarios import scenario, store_of
+
+    from rocketidx.spark.verify import verify_store_spark
+    from rocketidx.verify.store import verify_store
+    case = CQ_CASES[0]
+    store, sizes = store_of(case, tmp_path / "store")
+    assert verify_store_spark(store, spark=spark, split_bytes=65536, **sizes).as_dict() == \
+        verify_store(store, **sizes).as_dict()
+    scenario("dirty-tail", store, case)
+    on_spark = verify_store_spark(store, spark=spark, split_bytes=65536, **sizes)
+    assert on_spark.as_dict() == verify_store(store, **sizes).as_dict() and not on_spark.clean
+    assert main(["verify", "--store", str(store), "--hash-slots", str(sizes["hash_slot_num"]), "--index-num",
+                 str(sizes["index_num"]), "--master", "local[2]", "--split-bytes", "65536"]) == 1
+    out = capsys.readouterr().out
+    assert "engine: spark" in out and "dirty-tail" in out

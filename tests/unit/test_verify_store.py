@@ -5,73 +5,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import shutil
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from refdata import GOLDEN_CASES
+from store_scenarios import NAMED, scenario, store_of
 
 from rocketidx.cli import main
 from rocketidx.output.broker import write_checkpoint_index_ts
 from rocketidx.verify.store import verify_store
 
 CASES = [c for c in GOLDEN_CASES if (c / "expected" / "cq-manifest.json").exists()]
-
-
-def store_of(case: Path, where: Path) -> tuple[Path, dict]:
-    """A broker's store as the reference case has it: the CommitLog, RocketMQ's IndexFiles and queues."""
-    shutil.copytree(case / "commitlog", where / "commitlog")
-    shutil.copytree(case / "expected" / "index", where / "index")
-    shutil.copytree(case / "expected" / "consumequeue", where / "consumequeue")
-    c = json.loads((case / "case.json").read_text())
-    return where, {"hash_slot_num": c["hashSlotNum"], "index_num": c["indexNum"]}
-
-
-def queues(store: Path) -> list[Path]:
-    return sorted(q for t in (store / "consumequeue").iterdir() for q in t.iterdir())
-
-
-def biggest(store: Path) -> Path:
-    return max(queues(store), key=lambda q: len(list(q.iterdir())))
-
-
-def log_end(case: Path) -> int:
-    return int(json.loads((case / "expected" / "cq-manifest.json").read_text())["parse"]["stop"].split("abs ")[1]
-               .split(")")[0])
-
-
-def scenario(name: str, store: Path, case: Path) -> None:
-    q = biggest(store)
-    files = sorted(q.iterdir())
-    if name == "consumequeue-deleted":
-        shutil.rmtree(store / "consumequeue")
-    elif name == "queue-deleted":
-        shutil.rmtree(q)
-    elif name == "newest-files-deleted":
-        for f in files[-2:]:
-            f.unlink()
-    elif name == "truncated-mid-entry":
-        os.truncate(files[0], 7 * 20 + 9)
-    elif name == "dirty-tail":
-        u = np.frombuffer(files[-1].read_bytes(), ">i8,>i4,>i8")
-        free = int(np.flatnonzero(u["f1"] == 0)[0])
-        with open(files[-1], "r+b") as f:
-            f.seek(free * 20)
-            f.write(np.array([(log_end(case) + 50, 300, 0)], ">i8,>i4,>i8").tobytes())
-    elif name == "copied-from-another-broker":  # another broker's entries: the same names, other contents
-        a, b = queues(store)[:2]
-        for f in a.iterdir():
-            if (b / f.name).exists():
-                shutil.copyfile(b / f.name, f)
-    else:
-        raise AssertionError(name)
-
-
-NAMED = {"consumequeue-deleted": "missing-queue", "queue-deleted": "missing-queue",
-         "newest-files-deleted": "missing-file", "truncated-mid-entry": "file-size", "dirty-tail": "dirty-tail",
-         "copied-from-another-broker": "wrong-field"}
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -128,7 +72,7 @@ def test_the_command_exits_1_on_problems_and_a_held_lock_is_state(tmp_path, caps
     report = json.loads(capsys.readouterr().out)
     assert report["areas"]["consumequeue"]["counts"]["missing-queue"] == 1 and not report["clean"]
     assert "re-dispatches" in report["restart"]["consumequeue"]["missing-queue"]
-    assert main(args + ["--spark"]) == 2
+    assert main(args + ["--commitlog", str(store / "commitlog")]) == 2  # the store's own log, always
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert main(["verify", "--store", str(tmp_path / "nowhere")]) == 2
     assert "no commitlog/" in capsys.readouterr().err
