@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rocketidx.cli.common import add_engine_arguments, spark_flag_misused, spark_settings
-from rocketidx.errors import StoreLayoutError
+from rocketidx.cli.common import add_broker_conf, add_engine_arguments, apply_broker_conf, spark_flag_misused, spark_settings
+from rocketidx.errors import ConfigError, StoreLayoutError
 import rocketidx.storage as storage
 from rocketidx.units import count_arg, duration_arg
 
@@ -25,7 +25,14 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
                     help="default: read off the existing files, else the broker's 20000000")
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
+    bf.add_argument("--targets", default="index",
+                    help="what to repair: index (default), consumequeue, or index,consumequeue; the ConsumeQueues' "
+                         "repair is planned (--dry-run) so far, not made")
+    bf.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
+                    help="queue file size where the store's own files do not tell it (default: the size most of "
+                         "them share, else the broker's 6000000)")
     bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
+    add_broker_conf(bf)
     add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
 
 
@@ -67,6 +74,20 @@ def run_backfill_command(a: argparse.Namespace) -> int:
         raise StoreLayoutError(storage.redact(a.store), "backfill writes into a stopped broker's local store (its "
                                                         "lock, a backup and an atomic swap need a local disk); "
                                                         "give the store's path on the broker's machine")
+    broker = apply_broker_conf(a)
+    targets = {t.strip() for t in str(a.targets).split(",") if t.strip()}
+    if not targets or targets - {"index", "consumequeue"}:
+        raise ConfigError("--targets", a.targets, "index, consumequeue, or index,consumequeue")
+    if "consumequeue" in targets and not a.dry_run:
+        raise ConfigError("--targets", a.targets, "the ConsumeQueues' repair is planned with --dry-run so far, not "
+                                                  "made; repair the index with --targets index")
+    queue_plan = _queue_plan(a, broker) if "consumequeue" in targets else None
+    if "index" not in targets:
+        if a.json:
+            print(json.dumps({"consumequeue": queue_plan.as_dict()}))
+        else:
+            print("\n".join(queue_plan.lines()))
+        return 0
     in_process = getattr(a, "in_process", False)
     log = (lambda *_: None) if a.json else print
     args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
@@ -83,10 +104,31 @@ def run_backfill_command(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
                           "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
-                          "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}))
-    elif engine:
-        print(f"engine: {engine['name']} ({engine['reason']})")
+                          "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}
+                         | ({"consumequeue": queue_plan.as_dict()} if queue_plan else {})))
+    else:
+        if engine:
+            print(f"engine: {engine['name']} ({engine['reason']})")
+        if queue_plan:
+            print("\n".join(queue_plan.lines()))
     return 0
+
+
+def _queue_plan(a, broker: dict):
+    """The ConsumeQueues' repair plan: a rebuild in scratch space outside the store, compared file by file."""
+    import shutil
+    import tempfile
+
+    from rocketidx.backfill.queues import make_queue_plan
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
+    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
+    scratch = tempfile.mkdtemp(prefix="rocketidx-cq-plan-")
+    try:
+        size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
+        return make_queue_plan(a.store, scratch, cq_file_size=size and -(-size // 20) * 20,
+                               delays_ms=delays, check_crc=not a.no_crc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def add_parser(sub) -> None:
