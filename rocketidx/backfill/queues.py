@@ -15,7 +15,11 @@ is read; so is a store whose queue files share no size most of them have.
 from __future__ import annotations
 
 import filecmp
+import json
 import os
+import shutil
+import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +30,8 @@ from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
 from rocketidx.errors import StoreLayoutError
+import rocketidx.interrupts as interrupts
+from rocketidx.output.local import fsync_dir as _fsync_dir
 
 ACTIONS = ("keep", "replace", "write", "remove")
 
@@ -101,10 +107,12 @@ class QueuePlan:
 
 
 def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int | None = None,
-                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True) -> QueuePlan:
+                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
+                    sync: bool = False) -> QueuePlan:
     """Rebuild the store's queues under ``scratch`` (one pass, as the broker's dispatch) and compare file by
     file (see the module docstring). ``cq_file_size``: the size where no queue file of the store tells it
-    (the store's own files win: they are what the broker loads)."""
+    (the store's own files win: they are what the broker loads). ``sync``: the rebuild will be installed, so
+    its files are synced before anything moves."""
     store = Path(store)
     if not (store / "commitlog").is_dir():
         raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
@@ -116,7 +124,7 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
     reader = CommitLogReader(list_segments(str(store / "commitlog")), check_crc=check_crc)
     for seg, buf, recs in reader.record_chunks():
         writer.add(seg, dispatch(buf, seg, recs, delays_ms))
-    built = {f"{q.topic}/{q.queue_id}/{name}" for q in writer.close(sync=False) for name in q.files}
+    built = {f"{q.topic}/{q.queue_id}/{name}" for q in writer.close(sync=sync) for name in q.files}
     plan = QueuePlan(str(store), size, size_from, rebuilt=rebuilt)
     for rel in sorted(built | set(files)):
         if rel not in files:
@@ -128,3 +136,138 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
         else:
             plan.actions["replace"].append(rel)
     return plan
+
+
+# --- the repair -------------------------------------------------------------------------------------------
+
+STAGING_DIR = "consumequeue.rocketidx-staging"  # beside consumequeue/, never inside: the broker loads that
+BACKUP_DIR = "consumequeue.backup"
+
+
+@dataclass
+class QueueRepair:
+    plan: QueuePlan
+    backup_dir: str | None = None
+    rolled_back: list[str] = field(default_factory=list)  # earlier interrupted repairs undone first
+
+
+def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
+                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True, dry_run: bool = False,
+                  log=print) -> QueueRepair:
+    """Make the plan's changes in the stopped broker's ``consumequeue/`` (``dry_run``: only the plan).
+
+    Under the broker's lock (both kinds): an interrupted earlier repair is rolled back first; the rebuild is
+    staged in ``STORE/consumequeue.rocketidx-staging/`` and synced; the journal
+    (``STORE/consumequeue.backup/<UTC time>/journal.json``) names every move before the first; replaced and
+    removed files move to that backup, then the rebuilt ones into place, one rename at a time; the
+    directories are synced and the journal says ``finished``. Healthy files are not touched (same inode).
+    """
+    from rocketidx.output.broker import broker_lock
+    store = Path(store)
+    if not (store / "commitlog").is_dir():
+        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
+    queue_files(store / "consumequeue")  # refuse a stray before the lock file is made
+    with broker_lock(store, create=not dry_run):
+        undone = []
+        for d, journal in [] if dry_run else interrupted_queue_repairs(store):
+            roll_back_queues(store, d, journal)
+            undone.append(str(d))
+            log(f"rolled back an interrupted ConsumeQueue repair ({d})")
+        now = time.time_ns()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z-{os.getpid()}"
+        staging = store / STAGING_DIR / stamp
+        scratch = tempfile.mkdtemp(prefix="rocketidx-cq-plan-") if dry_run else str(staging)
+        try:
+            plan = make_queue_plan(store, scratch, cq_file_size=cq_file_size, delays_ms=delays_ms,
+                                   check_crc=check_crc, sync=not dry_run)
+            result = QueueRepair(plan, rolled_back=undone)
+            for line in plan.lines():
+                log(line)
+            if dry_run or not plan.changes:
+                return result
+            backup = store / BACKUP_DIR / stamp
+            _install(store, staging / "consumequeue", backup, plan)
+            result.backup_dir = str(backup)
+            log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
+                f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
+            return result
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            if (store / STAGING_DIR).is_dir() and not any((store / STAGING_DIR).iterdir()):
+                (store / STAGING_DIR).rmdir()
+
+
+def _install(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan) -> None:
+    cq = store / "consumequeue"
+    journal = {"replace": plan.actions["replace"], "write": plan.actions["write"],
+               "remove": plan.actions["remove"], "started": time.time()}
+    (backup / "consumequeue").mkdir(parents=True)
+    _write_journal(backup, journal)
+    _fsync_dir(backup.parent)
+    touched: set[Path] = set()
+    with interrupts.deferred():  # a Ctrl-C waits for the swap's end; a kill is the journal's business
+        for rel in plan.actions["replace"] + plan.actions["remove"]:
+            dst = backup / "consumequeue" / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(cq / rel, dst)
+            touched.update((cq / rel).parent.parents)
+            touched.add((cq / rel).parent)
+        for rel in plan.actions["remove"]:  # a stray queue's emptied directories go too
+            for d in ((cq / rel).parent, (cq / rel).parent.parent):
+                if d.is_dir() and not any(d.iterdir()):
+                    d.rmdir()
+        for rel in plan.actions["replace"] + plan.actions["write"]:
+            (cq / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(rebuilt / rel, cq / rel)
+            touched.add((cq / rel).parent)
+            touched.update((cq / rel).parent.parents)
+        for d in sorted((p for p in touched if p == cq or cq in p.parents), key=lambda p: -len(p.parts)):
+            if d.is_dir():
+                _fsync_dir(d)
+        for d in {p.parent for p in (backup / "consumequeue").rglob("*") if p.is_file()} | {backup}:
+            _fsync_dir(d)
+        journal["finished"] = time.time()
+        _write_journal(backup, journal)
+
+
+def interrupted_queue_repairs(store: Path) -> list[tuple[Path, dict]]:
+    """Queue repairs of ``store`` stopped between their journal and its ``finished``, oldest first."""
+    root = store / BACKUP_DIR
+    found = []
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        j = d / "journal.json"
+        if j.is_file():
+            journal = json.loads(j.read_text())
+            if "finished" not in journal and "rolled_back" not in journal:
+                found.append((d, journal))
+    return found
+
+
+def roll_back_queues(store: Path, backup: Path, journal: dict) -> None:
+    """Undo an interrupted repair: the journal names every move up front, so a move made just before the kill
+    is undone too. Rebuilt files leave ``consumequeue/`` (a file the repair replaced is new wherever its old
+    one is in the backup), replaced and removed ones come back; then the journal says ``rolled_back``."""
+    cq = store / "consumequeue"
+    moved_out = set(journal["replace"]) | set(journal["remove"])
+    for rel in journal["replace"] + journal["write"]:
+        here = cq / rel
+        if here.exists() and (rel not in moved_out or (backup / "consumequeue" / rel).exists()):
+            here.unlink()
+    for rel in sorted(moved_out):
+        old = backup / "consumequeue" / rel
+        if old.exists():
+            (cq / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.rename(old, cq / rel)
+    for d in [p for p in cq.rglob("*") if p.is_dir()] + [cq]:
+        _fsync_dir(d)
+    journal["rolled_back"] = time.time()
+    _write_journal(backup, journal)
+
+
+def _write_journal(backup: Path, journal: dict) -> None:
+    tmp = backup / "journal.json.tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(journal, indent=2) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, backup / "journal.json")

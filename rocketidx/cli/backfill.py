@@ -26,8 +26,8 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
     bf.add_argument("--targets", default="index",
-                    help="what to repair: index (default), consumequeue, or index,consumequeue; the ConsumeQueues' "
-                         "repair is planned (--dry-run) so far, not made")
+                    help="what to repair: index (default), consumequeue, or index,consumequeue (the queues: in this "
+                         "process, each read of the CommitLog its own so far)")
     bf.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
                     help="queue file size where the store's own files do not tell it (default: the size most of "
                          "them share, else the broker's 6000000)")
@@ -78,15 +78,10 @@ def run_backfill_command(a: argparse.Namespace) -> int:
     targets = {t.strip() for t in str(a.targets).split(",") if t.strip()}
     if not targets or targets - {"index", "consumequeue"}:
         raise ConfigError("--targets", a.targets, "index, consumequeue, or index,consumequeue")
-    if "consumequeue" in targets and not a.dry_run:
-        raise ConfigError("--targets", a.targets, "the ConsumeQueues' repair is planned with --dry-run so far, not "
-                                                  "made; repair the index with --targets index")
-    queue_plan = _queue_plan(a, broker) if "consumequeue" in targets else None
+    queues = _repair_queues(a, broker) if "consumequeue" in targets else None
     if "index" not in targets:
         if a.json:
-            print(json.dumps({"consumequeue": queue_plan.as_dict()}))
-        else:
-            print("\n".join(queue_plan.lines()))
+            print(json.dumps({"consumequeue": queues}))
         return 0
     in_process = getattr(a, "in_process", False)
     log = (lambda *_: None) if a.json else print
@@ -105,30 +100,21 @@ def run_backfill_command(a: argparse.Namespace) -> int:
         print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
                           "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
                           "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}
-                         | ({"consumequeue": queue_plan.as_dict()} if queue_plan else {})))
-    else:
-        if engine:
-            print(f"engine: {engine['name']} ({engine['reason']})")
-        if queue_plan:
-            print("\n".join(queue_plan.lines()))
+                         | ({"consumequeue": queues} if queues else {})))
+    elif engine:
+        print(f"engine: {engine['name']} ({engine['reason']})")
     return 0
 
 
-def _queue_plan(a, broker: dict):
-    """The ConsumeQueues' repair plan: a rebuild in scratch space outside the store, compared file by file."""
-    import shutil
-    import tempfile
-
-    from rocketidx.backfill.queues import make_queue_plan
+def _repair_queues(a, broker: dict) -> dict:
+    """The ConsumeQueues' repair (or, with ``--dry-run``, its plan), in this process: its JSON form."""
+    from rocketidx.backfill.queues import repair_queues
     from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
     delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
-    scratch = tempfile.mkdtemp(prefix="rocketidx-cq-plan-")
-    try:
-        size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
-        return make_queue_plan(a.store, scratch, cq_file_size=size and -(-size // 20) * 20,
-                               delays_ms=delays, check_crc=not a.no_crc)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
+    r = repair_queues(a.store, cq_file_size=size and -(-size // 20) * 20, delays_ms=delays, check_crc=not a.no_crc,
+                      dry_run=a.dry_run, log=(lambda *_: None) if a.json else print)
+    return {"plan": r.plan.as_dict(), "backup_dir": r.backup_dir, "rolled_back": r.rolled_back}
 
 
 def add_parser(sub) -> None:
