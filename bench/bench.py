@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     later = [["bench_backfill.py"] + (["--no-spark"] if a.no_spark else []), ["bench_remote.py"]]
     if not a.no_spark:
         later += [["bench_engine.py"], ["bench_stats.py"]]
+    later.append(["bench_repair.py"])  # after bench_engine.py, which generates store-6m
     for script, *args in later:
         subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], check=False)
     return 0
