@@ -29,6 +29,7 @@ from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
+from rocketidx.backfill.store import write_journal
 from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
 from rocketidx.output.local import fsync_dir as _fsync_dir
@@ -202,7 +203,7 @@ def _install(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan) -> None:
     journal = {"replace": plan.actions["replace"], "write": plan.actions["write"],
                "remove": plan.actions["remove"], "started": time.time()}
     (backup / "consumequeue").mkdir(parents=True)
-    _write_journal(backup, journal)
+    write_journal(backup, journal)
     _fsync_dir(backup.parent)
     touched: set[Path] = set()
     with interrupts.deferred():  # a Ctrl-C waits for the swap's end; a kill is the journal's business
@@ -227,7 +228,7 @@ def _install(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan) -> None:
         for d in {p.parent for p in (backup / "consumequeue").rglob("*") if p.is_file()} | {backup}:
             _fsync_dir(d)
         journal["finished"] = time.time()
-        _write_journal(backup, journal)
+        write_journal(backup, journal)
 
 
 def interrupted_queue_repairs(store: Path) -> list[tuple[Path, dict]]:
@@ -261,13 +262,5 @@ def roll_back_queues(store: Path, backup: Path, journal: dict) -> None:
     for d in [p for p in cq.rglob("*") if p.is_dir()] + [cq]:
         _fsync_dir(d)
     journal["rolled_back"] = time.time()
-    _write_journal(backup, journal)
+    write_journal(backup, journal)
 
-
-def _write_journal(backup: Path, journal: dict) -> None:
-    tmp = backup / "journal.json.tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(journal, indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, backup / "journal.json")

@@ -267,17 +267,17 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             backup.mkdir(parents=True)
             if (store / "checkpoint").exists():
                 shutil.copy2(store / "checkpoint", backup / "checkpoint")
-            _write_journal(backup, journal)
+            write_journal(backup, journal)
             index_dir = store / "index"
             index_dir.mkdir(exist_ok=True)
             for name in plan.replaced:
                 os.rename(index_dir / name, backup / name)
                 journal["moved_to_backup"].append(name)
-                _write_journal(backup, journal)
+                write_journal(backup, journal)
             for f in new_files:
                 os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
                 journal["installed"].append(f.name)
-                _write_journal(backup, journal)
+                write_journal(backup, journal)
             # The moves must be on disk before the checkpoint names the new files (their data was synced
             # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
             _fsync_dir(backup)
@@ -288,7 +288,7 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
                 result.checkpoint_index_ts = newest
             journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
             journal["finished"] = time.time()
-            _write_journal(backup, journal)
+            write_journal(backup, journal)
         shutil.rmtree(staging, ignore_errors=True)
         result.installed = [f.name for f in new_files]
         result.backup_dir = str(backup)
@@ -317,7 +317,8 @@ def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, sto
         raise CorruptIndexError(str(staging), 0, "new file names do not sort after the kept files")
 
 
-def _write_journal(backup: Path, journal: dict) -> None:
+def write_journal(backup: Path, journal: dict) -> None:
+    """``backup/journal.json``, whole or not at all: temporary file, fsync, rename (every repair's journal)."""
     tmp = backup / "journal.json.tmp"
     with open(tmp, "w") as f:
         f.write(json.dumps(journal, indent=2) + "\n")
@@ -367,4 +368,4 @@ def roll_back(store: Path, backup: Path, journal: dict) -> None:
     _fsync_dir(backup)
     _fsync_dir(store)
     journal["rolled_back"] = time.time()
-    _write_journal(backup, journal)
+    write_journal(backup, journal)

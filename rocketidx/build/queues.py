@@ -38,7 +38,7 @@ from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, plan
 from rocketidx.consumequeue.writer import QueueInfo
 from rocketidx.consumequeue.runs import RUN_ROWS, BadTopic, FilePlan, SplitQueues, read_piece_ends, settle, write_file
 from rocketidx.errors import RocketIdxError
-from rocketidx.output.local import TASKS_DIR
+from rocketidx.output.local import TASKS_DIR, fsync_dir
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR
 from rocketidx.output.remote import RemoteOutput
 from rocketidx.output.target import TaskFiles, scratch_dir
@@ -254,16 +254,8 @@ def _sync_dirs(root: str, settled) -> None:
         return
     topics = set()
     for q in settled.queues:
-        _fsync(os.path.join(root, q.topic, str(q.queue_id)))
+        fsync_dir(os.path.join(root, q.topic, str(q.queue_id)))
         topics.add(q.topic)
     for t in topics:
-        _fsync(os.path.join(root, t))
-    _fsync(root)
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(os.path.join(root, t))
+    fsync_dir(root)

@@ -109,10 +109,11 @@ def run_backfill_command(a: argparse.Namespace) -> int:
 def _repair_queues(a, broker: dict) -> dict:
     """The ConsumeQueues' repair (or, with ``--dry-run``, its plan), in this process: its JSON form."""
     from rocketidx.backfill.queues import repair_queues
+    import rocketidx.layout as L
     from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
     delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
     size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
-    r = repair_queues(a.store, cq_file_size=size and -(-size // 20) * 20, delays_ms=delays, check_crc=not a.no_crc,
+    r = repair_queues(a.store, cq_file_size=size and L.cq_file_size(size), delays_ms=delays, check_crc=not a.no_crc,
                       dry_run=a.dry_run, log=(lambda *_: None) if a.json else print)
     return {"plan": r.plan.as_dict(), "backup_dir": r.backup_dir, "rolled_back": r.rolled_back}
 

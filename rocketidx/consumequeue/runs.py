@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import rocketidx.layout as L
 from rocketidx.commitlog.dispatch import Dispatched
@@ -182,7 +183,9 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
     pieces = runs.column("piece").to_pylist()
     qid = c["queue_id"]
     new = np.ones(len(qid), bool)
-    new[1:] = (qid[1:] != qid[:-1]) | np.array([a != b for a, b in zip(topics[1:], topics[:-1])], bool)
+    topic = runs.column("topic")
+    new[1:] = (qid[1:] != qid[:-1]) | pc.not_equal(topic.slice(1), topic.slice(0, len(qid) - 1)).to_numpy(
+        zero_copy_only=False)
     bounds = np.append(np.flatnonzero(new), len(qid))
     for a, b in zip(bounds[:-1], bounds[1:]):
         topic, queue = topics[a], int(qid[a])
