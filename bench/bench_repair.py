@@ -6,12 +6,14 @@ full in-process build writes (one sequence of IndexFiles, as the broker writes t
 each run: one queue deleted, another's newest file given a dirty tail (an entry past the log's end); the index
 stays intact. Measured, whole process, page cache warm, medians of ``--repeat``:
 
-* build:  ``rocketidx build --in-process --targets index,consumequeue --window 0``;
-* repair: ``rocketidx backfill --store STORE --targets index,consumequeue --in-process``.
+* build:  ``rocketidx build --targets index,consumequeue --window 0``;
+* repair: ``rocketidx backfill --store STORE --targets index,consumequeue``;
+
+each in process and on ``local[2]`` (``--engines``).
 
 Target: the repair at most 1.2x the build. Every repair is checked to leave ``consumequeue/`` byte-identical
 to the build's. Results: stdout and ``bench-data/results-repair.json``. Usage:
-``python bench/bench_repair.py [--repeat 3]``.
+``python bench/bench_repair.py [--repeat 3] [--engines in-process,local[2]]``.
 """
 from __future__ import annotations
 
@@ -57,9 +59,44 @@ def _damage(store: Path, clean: Path) -> tuple[str, str]:
     return str(gone), str(dirty)
 
 
+def _measure(source: Path, work: Path, flags: list[str], repeat: int) -> dict:
+    """Medians of ``repeat`` builds and repairs with the engine ``flags``; every repair checked."""
+    builds = []
+    for _ in range(repeat):
+        shutil.rmtree(work / "built", ignore_errors=True)
+        builds.append(_run(["build", "--commitlog", str(source), "--out", str(work / "built"), *flags,
+                            "--targets", "index,consumequeue", "--window", "0", "--timezone", "UTC"]))
+    built = (work / "built").resolve()
+    store = work / "store"
+    shutil.rmtree(store, ignore_errors=True)
+    store.mkdir()
+    (store / "commitlog").symlink_to((source / "commitlog").resolve())
+    shutil.copytree(built / "index", store / "index")
+    shutil.copytree(built / "consumequeue", store / "consumequeue")
+    index = {f.name: (f.stat().st_ino, f.stat().st_size) for f in (store / "index").iterdir()}
+    repairs = []
+    for _ in range(repeat):
+        gone, dirty = _damage(store, built / "consumequeue")
+        repairs.append(_run(["backfill", "--store", str(store), "--targets", "index,consumequeue", *flags,
+                             "--timezone", "UTC"]))
+        cmp = filecmp.dircmp(store / "consumequeue", built / "consumequeue")
+        if cmp.diff_files or cmp.left_only or cmp.right_only or any(
+                not filecmp.cmp(store / "consumequeue" / q / f, built / "consumequeue" / q / f, shallow=False)
+                for q in (gone, dirty) for f in os.listdir(built / "consumequeue" / q)):
+            raise RuntimeError("the repaired queues are not the build's")
+        if {f.name: (f.stat().st_ino, f.stat().st_size) for f in (store / "index").iterdir()} != index:
+            raise RuntimeError("the repair touched the intact index")
+    b, r = statistics.median(builds), statistics.median(repairs)
+    return {"build_s": round(b, 2), "repair_s": round(r, 2), "repair_over_build": round(r / b, 2),
+            "damaged": [gone, dirty], "builds": [round(x, 2) for x in builds],
+            "repairs": [round(x, 2) for x in repairs]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--engines", default="in-process,local[2]",
+                    help="comma-separated: in-process and/or Spark masters (default in-process,local[2])")
     a = ap.parse_args(argv)
     from bench_engine import ensure_store, warm
     source = ensure_store("store-6m")
@@ -67,32 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     work = DATA / "repair"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    builds = []
-    for _ in range(a.repeat):
-        shutil.rmtree(work / "built", ignore_errors=True)
-        builds.append(_run(["build", "--commitlog", str(source), "--out", str(work / "built"), "--in-process",
-                            "--targets", "index,consumequeue", "--window", "0", "--timezone", "UTC"]))
-    built = (work / "built").resolve()
-    store = work / "store"
-    store.mkdir()
-    (store / "commitlog").symlink_to((source / "commitlog").resolve())
-    shutil.copytree(built / "index", store / "index")
-    shutil.copytree(built / "consumequeue", store / "consumequeue")
-    repairs = []
-    for _ in range(a.repeat):
-        gone, dirty = _damage(store, built / "consumequeue")
-        repairs.append(_run(["backfill", "--store", str(store), "--targets", "index,consumequeue", "--in-process"]))
-        cmp = filecmp.dircmp(store / "consumequeue", built / "consumequeue")
-        if cmp.diff_files or cmp.left_only or cmp.right_only or any(
-                not filecmp.cmp(store / "consumequeue" / q / f, built / "consumequeue" / q / f, shallow=False)
-                for q in (gone, dirty) for f in os.listdir(built / "consumequeue" / q)):
-            raise RuntimeError("the repaired queues are not the build's")
-    b, r = statistics.median(builds), statistics.median(repairs)
-    result = {"build_s": round(b, 2), "repair_s": round(r, 2), "repair_over_build": round(r / b, 2),
-              "damaged": [gone, dirty], "builds": [round(x, 2) for x in builds], "repairs": [round(x, 2) for x in repairs]}
-    print(f"store-6m: build --targets index,consumequeue {b:.2f}s; backfill --targets index,consumequeue with two "
-          f"queues damaged {r:.2f}s = {r / b:.2f}x (target <= 1.2)")
-    (DATA / "results-repair.json").write_text(json.dumps(result, indent=2) + "\n")
+    results = {}
+    for engine in a.engines.split(","):
+        flags = ["--in-process"] if engine == "in-process" else ["--master", engine]
+        results[engine] = _measure(source, work, flags, a.repeat)
+        r = results[engine]
+        print(f"store-6m on {engine}: build --targets index,consumequeue {r['build_s']:.2f}s; backfill --targets "
+              f"index,consumequeue with two queues damaged {r['repair_s']:.2f}s = {r['repair_over_build']:.2f}x "
+              f"(target <= 1.2)")
+    (DATA / "results-repair.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -50,6 +50,19 @@ def scenario(name: str, store: Path, case: Path) -> None:
         with open(files[-1], "r+b") as f:
             f.seek(free * 20)
             f.write(np.array([(log_end(case) + 50, 300, 0)], ">i8,>i4,>i8").tobytes())
+    elif name == "crash-across-segments":  # #1434: the last two segments' entries never reached any queue
+        cut = sorted(int(p.name) for p in (store / "commitlog").iterdir())[-2]
+        for qd in queues(store):
+            qfiles = sorted(qd.iterdir())
+            for f in qfiles:
+                u = np.frombuffer(f.read_bytes(), ">i8,>i4,>i8").copy()
+                lost = (u["f0"] >= cut) & (u["f1"] > 0)
+                if lost.any():
+                    u[np.flatnonzero(lost)[0]:] = 0  # unflushed pages read back as zeros
+                    if not u["f1"].any() and f != qfiles[0]:
+                        f.unlink()  # a file created after the last flush is not there at all
+                    else:
+                        f.write_bytes(u.tobytes())
     elif name == "copied-from-another-broker":  # another broker's entries: the same names, other contents
         a, b = queues(store)[:2]
         for f in a.iterdir():
@@ -61,4 +74,4 @@ def scenario(name: str, store: Path, case: Path) -> None:
 
 NAMED = {"consumequeue-deleted": "missing-queue", "queue-deleted": "missing-queue",
          "newest-files-deleted": "missing-file", "truncated-mid-entry": "file-size", "dirty-tail": "dirty-tail",
-         "copied-from-another-broker": "wrong-field"}
+         "crash-across-segments": "missing-entry", "copied-from-another-broker": "wrong-field"}

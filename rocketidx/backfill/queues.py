@@ -1,24 +1,22 @@
-"""``backfill --store``, the ConsumeQueues: what a repair of a stopped broker's queues would change.
+"""``backfill --store``, the ConsumeQueues: what a repair of a stopped broker's queues changes, and the swap.
 
-In: ``STORE`` (``commitlog/``, ``consumequeue/``), the queue file size (the size most of the store's queue
-files share, else the broker's or ``--cq-file-size``) and the delay table. Out: a :class:`QueuePlan`: every
-queue file of a clean rebuild of the CommitLog, and every file the store holds, each with what the repair
-does: ``keep`` (the same bytes: left untouched), ``replace`` (other bytes or another length: a damaged file,
-a dirty tail), ``write`` (missing: a lost queue or file), ``remove`` (a file no rebuild makes: moved to the
-backup).
+In: ``STORE`` (``commitlog/``, ``consumequeue/``) and a rebuild of its queues (the repair's one build:
+:mod:`rocketidx.backfill.repair`; :func:`make_queue_plan` makes one in this process). Out: a :class:`QueuePlan`:
+every queue file of the rebuild and every file the store holds, each with what the repair does: ``keep``
+(the same bytes: left untouched), ``replace`` (other bytes or another length: a damaged file, a dirty tail),
+``write`` (missing: a lost queue or file), ``remove`` (a file no rebuild makes: moved to the backup); then
+:func:`install_queues` swaps them in under a journal, and :func:`roll_back_queues` undoes a swap a kill cut.
 
-Stays true: nothing in the store is written (the rebuild goes to a scratch directory the caller owns); a
-``consumequeue/`` holding something that is not a queue file by its path (a name that is not 20 digits, a
-queueId directory that is not a number, a file at the topic level) is refused, naming it, before anything
-is read; so is a store whose queue files share no size most of them have.
+Stays true: planning writes nothing in the store; a ``consumequeue/`` holding something that is not a queue
+file by its path (a name that is not 20 digits, a queueId directory that is not a number, a file at the topic
+level) is refused, naming it, before anything is read; so is a store whose queue files share no size most of
+them have (the size comes from the store's files, else the broker's or ``--cq-file-size``).
 """
 from __future__ import annotations
 
-import filecmp
 import json
 import os
 import shutil
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,10 +27,11 @@ from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
-from rocketidx.backfill.store import write_journal
+from rocketidx.backfill.store import restore_checkpoint, write_journal
 from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
-from rocketidx.output.local import fsync_dir as _fsync_dir
+from rocketidx.output.broker import write_checkpoint_fields
+from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
 
 ACTIONS = ("keep", "replace", "write", "remove")
 
@@ -108,31 +107,36 @@ class QueuePlan:
 
 
 def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int | None = None,
-                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
-                    sync: bool = False) -> QueuePlan:
-    """Rebuild the store's queues under ``scratch`` (one pass, as the broker's dispatch) and compare file by
-    file (see the module docstring). ``cq_file_size``: the size where no queue file of the store tells it
-    (the store's own files win: they are what the broker loads). ``sync``: the rebuild will be installed, so
-    its files are synced before anything moves."""
+                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True) -> QueuePlan:
+    """Rebuild the store's queues under ``scratch`` in this process (one pass, as the broker's dispatch) and
+    compare file by file (:func:`compare_queues`). ``cq_file_size``: the size where no queue file of the store
+    tells it (the store's own files win: they are what the broker loads). The repair itself
+    (:func:`rocketidx.backfill.repair.repair_store`) builds with the index, on either engine."""
     store = Path(store)
     if not (store / "commitlog").is_dir():
         raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
-    cq_dir = store / "consumequeue"
-    files = queue_files(cq_dir)
+    files = queue_files(store / "consumequeue")
     size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
     rebuilt = os.path.join(scratch, "consumequeue")
     writer = ConsumeQueueWriter(rebuilt, size)
     reader = CommitLogReader(list_segments(str(store / "commitlog")), check_crc=check_crc)
     for seg, buf, recs in reader.record_chunks():
         writer.add(seg, dispatch(buf, seg, recs, delays_ms))
-    built = {f"{q.topic}/{q.queue_id}/{name}" for q in writer.close(sync=sync) for name in q.files}
-    plan = QueuePlan(str(store), size, size_from, rebuilt=rebuilt)
-    for rel in sorted(built | set(files)):
+    writer.close(sync=False)
+    return compare_queues(store, files, size, size_from, Path(rebuilt))
+
+
+def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str, rebuilt: Path) -> QueuePlan:
+    """The plan: the store's queue ``files`` (:func:`queue_files`) against a rebuild's in ``rebuilt``."""
+    built = queue_files(rebuilt)
+    cq_dir = store / "consumequeue"
+    plan = QueuePlan(str(store), size, size_from, rebuilt=str(rebuilt))
+    for rel in sorted(set(built) | set(files)):
         if rel not in files:
             plan.actions["write"].append(rel)
         elif rel not in built:
             plan.actions["remove"].append(rel)
-        elif files[rel] == size and filecmp.cmp(cq_dir / rel, os.path.join(rebuilt, rel), shallow=False):
+        elif files[rel] == size and same_bytes(cq_dir / rel, rebuilt / rel):
             plan.actions["keep"].append(rel)
         else:
             plan.actions["replace"].append(rel)
@@ -153,56 +157,31 @@ class QueueRepair:
 
 
 def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
-                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True, dry_run: bool = False,
-                  log=print) -> QueueRepair:
-    """Make the plan's changes in the stopped broker's ``consumequeue/`` (``dry_run``: only the plan).
-
-    Under the broker's lock (both kinds): an interrupted earlier repair is rolled back first; the rebuild is
-    staged in ``STORE/consumequeue.rocketidx-staging/`` and synced; the journal
-    (``STORE/consumequeue.backup/<UTC time>/journal.json``) names every move before the first; replaced and
-    removed files move to that backup, then the rebuilt ones into place, one rename at a time; the
-    directories are synced and the journal says ``finished``. Healthy files are not touched (same inode).
-    """
-    from rocketidx.output.broker import broker_lock
-    store = Path(store)
-    if not (store / "commitlog").is_dir():
-        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
-    queue_files(store / "consumequeue")  # refuse a stray before the lock file is made
-    with broker_lock(store, create=not dry_run):
-        undone = []
-        for d, journal in [] if dry_run else interrupted_queue_repairs(store):
-            roll_back_queues(store, d, journal)
-            undone.append(str(d))
-            log(f"rolled back an interrupted ConsumeQueue repair ({d})")
-        now = time.time_ns()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z-{os.getpid()}"
-        staging = store / STAGING_DIR / stamp
-        scratch = tempfile.mkdtemp(prefix="rocketidx-cq-plan-") if dry_run else str(staging)
-        try:
-            plan = make_queue_plan(store, scratch, cq_file_size=cq_file_size, delays_ms=delays_ms,
-                                   check_crc=check_crc, sync=not dry_run)
-            result = QueueRepair(plan, rolled_back=undone)
-            for line in plan.lines():
-                log(line)
-            if dry_run or not plan.changes:
-                return result
-            backup = store / BACKUP_DIR / stamp
-            _install(store, staging / "consumequeue", backup, plan)
-            result.backup_dir = str(backup)
-            log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
-                f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
-            return result
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-            if (store / STAGING_DIR).is_dir() and not any((store / STAGING_DIR).iterdir()):
-                (store / STAGING_DIR).rmdir()
+                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
+                  builder=None, log=print) -> QueueRepair:
+    """``backfill --targets consumequeue``: :func:`rocketidx.backfill.repair.repair_store` of the queues alone;
+    the queues' part of its result."""
+    from rocketidx.backfill.repair import repair_store
+    return repair_store(store, targets=("consumequeue",), cq_file_size=cq_file_size, delay_levels=delay_levels,
+                        check_crc=check_crc, dry_run=dry_run, builder=builder, log=log).queues
 
 
-def _install(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan) -> None:
+def install_queues(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan, logics_ts: int | None) -> None:
+    """Swap the plan's files in (their data synced by the build that made them). The journal
+    (``backup/journal.json``) names every move before the first; replaced and removed files move to the
+    backup, then the rebuilt ones into place, one rename at a time; the directories are synced; the
+    checkpoint's logicsMsgTimestamp becomes ``logics_ts`` (the old checkpoint in the backup: with the queues
+    whole to the log's end, a crash restart need not re-dispatch what they hold); the journal says
+    ``finished``. A Ctrl-C waits for the end; a kill is what :func:`roll_back_queues` undoes."""
     cq = store / "consumequeue"
     journal = {"replace": plan.actions["replace"], "write": plan.actions["write"],
-               "remove": plan.actions["remove"], "started": time.time()}
+               "remove": plan.actions["remove"], "started": time.time(),
+               "checkpoint_existed": (store / "checkpoint").exists(), "logics_msg_timestamp": logics_ts}
     (backup / "consumequeue").mkdir(parents=True)
+    if journal["checkpoint_existed"]:
+        shutil.copy2(store / "checkpoint", backup / "checkpoint")
+        with open(backup / "checkpoint", "rb+") as f:  # on disk before the checkpoint it saves is replaced
+            os.fsync(f.fileno())
     write_journal(backup, journal)
     _fsync_dir(backup.parent)
     touched: set[Path] = set()
@@ -227,6 +206,8 @@ def _install(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan) -> None:
                 _fsync_dir(d)
         for d in {p.parent for p in (backup / "consumequeue").rglob("*") if p.is_file()} | {backup}:
             _fsync_dir(d)
+        if logics_ts is not None:
+            write_checkpoint_fields(store, {"logics_msg_timestamp_ms": logics_ts})
         journal["finished"] = time.time()
         write_journal(backup, journal)
 
@@ -261,6 +242,10 @@ def roll_back_queues(store: Path, backup: Path, journal: dict) -> None:
             os.rename(old, cq / rel)
     for d in [p for p in cq.rglob("*") if p.is_dir()] + [cq]:
         _fsync_dir(d)
+    if (backup / "checkpoint").exists():
+        restore_checkpoint(store, backup / "checkpoint")
+    elif journal.get("checkpoint_existed") is False:
+        (store / "checkpoint").unlink(missing_ok=True)
     journal["rolled_back"] = time.time()
     write_journal(backup, journal)
 

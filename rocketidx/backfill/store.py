@@ -40,7 +40,7 @@ from rocketidx.index.reader import IndexFile
 import rocketidx.interrupts as interrupts
 import rocketidx.layout as L
 from rocketidx.output.broker import CHECKPOINT_FIELD, broker_lock, read_checkpoint, write_checkpoint_index_ts
-from rocketidx.output.local import fsync_dir as _fsync_dir
+from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
 from rocketidx.output.manifest import INDEX_DIR, Manifest, ManifestFile
 from rocketidx.output.open import IndexDir, open_index_dir
 from rocketidx.verify.core import verify_index
@@ -115,7 +115,7 @@ class Plan:
         return "\n".join(lines)
 
 
-def _index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
+def index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
     """``STORE/index`` (none yet is no files) with the sizes the broker used
     (:func:`rocketidx.output.open.open_index_dir`); whatever their source, every file must fit them."""
     d = open_index_dir(store / "index", hash_slot_num, index_num, missing_ok=True)
@@ -154,7 +154,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     store = Path(store)
     if not (store / "commitlog").is_dir():
         raise StoreLayoutError(str(store), "not a broker store: no commitlog/ directory")
-    index = _index_dir(store, hash_slot_num, index_num)
+    index = index_dir(store, hash_slot_num, index_num)
     checkpoint = read_checkpoint(store)
     abort = (store / "abort").exists()
     plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
@@ -197,6 +197,28 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     return plan
 
 
+def plan_from_rebuild(store: Path, rebuilt: list[Path], *, hash_slot_num: int | None, index_num: int | None,
+                      window_ms: int) -> Plan | None:
+    """The plan when ``STORE/index`` is, file for file in name order, byte for byte ``rebuilt`` (a rebuild of
+    the whole CommitLog with the store's sizes, oldest first): every file kept and nothing to do, with no
+    verification (a file equal to what RocketMQ writes from this log is intact). None where that is not so
+    (:func:`make_plan` then verifies file by file), or where an abnormal restart would delete some of them
+    (past the checkpoint's indexMsgTimestamp: the plan replaces those)."""
+    index = index_dir(store, hash_slot_num, index_num)
+    if len(index.paths) != len(rebuilt) or not all(same_bytes(a, b) for a, b in zip(index.paths, rebuilt)):
+        return None
+    checkpoint = read_checkpoint(store)
+    abort = (store / "abort").exists()
+    plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
+    index_ts = checkpoint[CHECKPOINT_FIELD] if checkpoint else 0
+    for f in index.open(check=False):
+        if abort and f.header.end_timestamp > index_ts:
+            return None
+        plan.files.append(FileState(f.name, max(0, f.header.index_count - 1), f.header.end_timestamp,
+                                    f.header.end_phy_offset, "keep", "identical to the rebuild"))
+    return plan
+
+
 def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
     """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
     from rocketidx.commitlog.entries import drop_first_entries
@@ -230,72 +252,91 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if not store.is_dir():
         raise StoreLayoutError(str(store), "no such store directory")
     with broker_lock(store, create=not dry_run):
-        for backup, journal in interrupted(store):
-            if dry_run:
-                log(f"an interrupted backfill ({backup}) would be rolled back first")
-            else:
-                roll_back(store, backup, journal)
-                log(f"rolled back an interrupted backfill: {backup} (its files are back in index/)")
-        plan = make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
-                         check_crc=check_crc)
-        log(plan.describe())
-        result = BackfillResult(plan)
-        if dry_run or plan.nothing_to_do:
-            result.wall_s = time.monotonic() - t0
-            return result
-        if builder is None:
-            from rocketidx.build.local import build_index as builder
-        config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
-                             timezone=timezone_name, check_crc=check_crc)
-        staging = store / "index.rocketidx-staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        kept = plan.kept
-        new_files = []
-        if plan.messages_in_range:
-            built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
-                                     skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
-            new_files = list(Manifest.from_dict(built, str(staging)).files)
-            log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
-                f"{len(new_files)} file(s)")
-        _verify_staged(staging, new_files, plan, store, check_crc)
-        backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
-                   "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
-                   "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
-        # A Ctrl-C or SIGTERM waits until the install is done: it takes a few renames.
-        with interrupts.deferred():
-            backup.mkdir(parents=True)
-            if (store / "checkpoint").exists():
-                shutil.copy2(store / "checkpoint", backup / "checkpoint")
-            write_journal(backup, journal)
-            index_dir = store / "index"
-            index_dir.mkdir(exist_ok=True)
-            for name in plan.replaced:
-                os.rename(index_dir / name, backup / name)
-                journal["moved_to_backup"].append(name)
-                write_journal(backup, journal)
-            for f in new_files:
-                os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
-                journal["installed"].append(f.name)
-                write_journal(backup, journal)
-            # The moves must be on disk before the checkpoint names the new files (their data was synced
-            # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
-            _fsync_dir(backup)
-            _fsync_dir(index_dir)
-            newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
-            if new_files:
-                write_checkpoint_index_ts(store, newest)
-                result.checkpoint_index_ts = newest
-            journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
-            journal["finished"] = time.time()
-            write_journal(backup, journal)
-        shutil.rmtree(staging, ignore_errors=True)
-        result.installed = [f.name for f in new_files]
-        result.backup_dir = str(backup)
+        roll_back_interrupted(store, dry_run, log)
+        return backfill_locked(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
+                               timezone_name=timezone_name, dry_run=dry_run, check_crc=check_crc, builder=builder,
+                               log=log, t0=t0)
+
+
+def roll_back_interrupted(store: Path, dry_run: bool, log) -> list[str]:
+    """Roll back every interrupted index backfill of ``store`` (a dry run only says it would); the backups."""
+    undone = []
+    for backup, journal in interrupted(store):
+        if dry_run:
+            log(f"an interrupted backfill ({backup}) would be rolled back first")
+        else:
+            roll_back(store, backup, journal)
+            undone.append(str(backup))
+            log(f"rolled back an interrupted backfill: {backup} (its files are back in index/)")
+    return undone
+
+
+def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | None, window_ms: int,
+                    timezone_name: str, dry_run: bool, check_crc: bool, builder, log, t0: float,
+                    plan: Plan | None = None) -> BackfillResult:
+    """:func:`run_backfill`'s plan and install, with the store's lock already held by the caller (the lock
+    cannot be taken twice by one process: closing a second descriptor would drop the POSIX lock).
+    ``plan``: one already made (:func:`plan_from_rebuild`), else :func:`make_plan` makes it."""
+    plan = plan or make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
+                             check_crc=check_crc)
+    log(plan.describe())
+    result = BackfillResult(plan)
+    if dry_run or plan.nothing_to_do:
         result.wall_s = time.monotonic() - t0
-        log(f"installed {len(new_files)} file(s); replaced files and the old checkpoint are in {backup}; "
-            f"checkpoint indexMsgTimestamp = {result.checkpoint_index_ts}")
         return result
+    if builder is None:
+        from rocketidx.build.local import build_index as builder
+    config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
+                         timezone=timezone_name, check_crc=check_crc)
+    staging = store / "index.rocketidx-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    kept = plan.kept
+    new_files = []
+    if plan.messages_in_range:
+        built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+                                 skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+        new_files = list(Manifest.from_dict(built, str(staging)).files)
+        log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
+            f"{len(new_files)} file(s)")
+    _verify_staged(staging, new_files, plan, store, check_crc)
+    backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
+               "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
+               "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
+    # A Ctrl-C or SIGTERM waits until the install is done: it takes a few renames.
+    with interrupts.deferred():
+        backup.mkdir(parents=True)
+        if (store / "checkpoint").exists():
+            shutil.copy2(store / "checkpoint", backup / "checkpoint")
+        write_journal(backup, journal)
+        index_dir = store / "index"
+        index_dir.mkdir(exist_ok=True)
+        for name in plan.replaced:
+            os.rename(index_dir / name, backup / name)
+            journal["moved_to_backup"].append(name)
+            write_journal(backup, journal)
+        for f in new_files:
+            os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
+            journal["installed"].append(f.name)
+            write_journal(backup, journal)
+        # The moves must be on disk before the checkpoint names the new files (their data was synced
+        # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
+        _fsync_dir(backup)
+        _fsync_dir(index_dir)
+        newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
+        if new_files:
+            write_checkpoint_index_ts(store, newest)
+            result.checkpoint_index_ts = newest
+        journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
+        journal["finished"] = time.time()
+        write_journal(backup, journal)
+    shutil.rmtree(staging, ignore_errors=True)
+    result.installed = [f.name for f in new_files]
+    result.backup_dir = str(backup)
+    result.wall_s = time.monotonic() - t0
+    log(f"installed {len(new_files)} file(s); replaced files and the old checkpoint are in {backup}; "
+        f"checkpoint indexMsgTimestamp = {result.checkpoint_index_ts}")
+    return result
 
 
 def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, store: Path, check_crc: bool) -> None:
@@ -325,6 +366,16 @@ def write_journal(backup: Path, journal: dict) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, backup / "journal.json")
+
+
+def restore_checkpoint(store: Path, saved: Path) -> None:
+    """Put a repair's saved checkpoint back: a copy, fsync, rename over ``STORE/checkpoint``."""
+    tmp = store / "checkpoint.rocketidx-tmp"
+    shutil.copyfile(saved, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, store / "checkpoint")
+    _fsync_dir(store)
 
 
 def interrupted(store: Path) -> list[tuple[Path, dict]]:
@@ -357,11 +408,7 @@ def roll_back(store: Path, backup: Path, journal: dict) -> None:
         if (backup / name).exists():
             os.rename(backup / name, index_dir / name)
     if (backup / "checkpoint").exists():
-        tmp = store / "checkpoint.rocketidx-tmp"
-        shutil.copyfile(backup / "checkpoint", tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, store / "checkpoint")
+        restore_checkpoint(store, backup / "checkpoint")
     elif not journal["checkpoint_existed"]:
         (store / "checkpoint").unlink(missing_ok=True)
     _fsync_dir(index_dir)

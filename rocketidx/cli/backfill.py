@@ -26,8 +26,8 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
     bf.add_argument("--targets", default="index",
-                    help="what to repair: index (default), consumequeue, or index,consumequeue (the queues: in this "
-                         "process, each read of the CommitLog its own so far)")
+                    help="what to repair: index (default), consumequeue, or index,consumequeue (the queues with the "
+                         "index from one read of the CommitLog)")
     bf.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
                     help="queue file size where the store's own files do not tell it (default: the size most of "
                          "them share, else the broker's 6000000)")
@@ -45,7 +45,8 @@ class _EngineBuilder:
         self.engine = None
         self.spark = None
 
-    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
+    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None,
+                 time_index="auto"):
         from rocketidx.build.local import build_index
         from rocketidx.build.engine import choose_engine, data_bytes
         from rocketidx.commitlog.segments import list_segments
@@ -54,11 +55,11 @@ class _EngineBuilder:
                                     master=self.a.master, break_even=self.settings.break_even)
         if not self.engine.spark:
             return build_index(commitlog, out, config, segments=segments, start_offset=start_offset,
-                               skip_entries=skip_entries, name_after=name_after)
+                               skip_entries=skip_entries, name_after=name_after, time_index=time_index)
         from rocketidx.spark.backfill import SparkBuilder
         self.spark = SparkBuilder(self.settings)
         return self.spark(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
-                          name_after=name_after)
+                          name_after=name_after, time_index=time_index)
 
     def close(self) -> None:
         if self.spark is not None:
@@ -78,44 +79,42 @@ def run_backfill_command(a: argparse.Namespace) -> int:
     targets = {t.strip() for t in str(a.targets).split(",") if t.strip()}
     if not targets or targets - {"index", "consumequeue"}:
         raise ConfigError("--targets", a.targets, "index, consumequeue, or index,consumequeue")
-    queues = _repair_queues(a, broker) if "consumequeue" in targets else None
-    if "index" not in targets:
-        if a.json:
-            print(json.dumps({"consumequeue": queues}))
-        return 0
     in_process = getattr(a, "in_process", False)
-    log = (lambda *_: None) if a.json else print
-    args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
-                dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
     if in_process and spark_flag_misused(a, "backfill", "Spark (drop --in-process)",
                                           ("master", "spark_conf", "split_bytes", "partitions")):
         return 2
+    log = (lambda *_: None) if a.json else print
+    args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
+                dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
     builder = _EngineBuilder(a, spark_settings(a))
+    queues = None
     try:
-        r = run_backfill(a.store, builder=builder, **args)
+        if "consumequeue" in targets:
+            from rocketidx.backfill.repair import repair_store
+            import rocketidx.layout as L
+            size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
+            rs = repair_store(a.store, targets=tuple(t for t in ("index", "consumequeue") if t in targets),
+                              cq_file_size=size and L.cq_file_size(size),
+                              delay_levels=broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), builder=builder,
+                              **args)
+            q = rs.queues
+            queues = {"plan": q.plan.as_dict(), "backup_dir": q.backup_dir, "rolled_back": q.rolled_back,
+                      "wall_s": round(rs.wall_s, 3)}
+            r = rs.index
+        else:
+            r = run_backfill(a.store, builder=builder, **args)
     finally:
         builder.close()
     engine = builder.engine.as_dict() if builder.engine else None
+    spark = (builder.spark.stats if builder.spark else None) or None
     if a.json:
-        print(json.dumps({"plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
-                          "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3),
-                          "engine": engine, "spark": (builder.spark.stats if builder.spark else None) or None}
-                         | ({"consumequeue": queues} if queues else {})))
+        index = {} if r is None else {
+            "plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
+            "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3)}
+        print(json.dumps(index | {"engine": engine, "spark": spark} | ({"consumequeue": queues} if queues else {})))
     elif engine:
         print(f"engine: {engine['name']} ({engine['reason']})")
     return 0
-
-
-def _repair_queues(a, broker: dict) -> dict:
-    """The ConsumeQueues' repair (or, with ``--dry-run``, its plan), in this process: its JSON form."""
-    from rocketidx.backfill.queues import repair_queues
-    import rocketidx.layout as L
-    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
-    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
-    size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
-    r = repair_queues(a.store, cq_file_size=size and L.cq_file_size(size), delays_ms=delays, check_crc=not a.no_crc,
-                      dry_run=a.dry_run, log=(lambda *_: None) if a.json else print)
-    return {"plan": r.plan.as_dict(), "backup_dir": r.backup_dir, "rolled_back": r.rolled_back}
 
 
 def add_parser(sub) -> None:

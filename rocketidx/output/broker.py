@@ -2,8 +2,8 @@
 
 In: ``STORE`` (a local directory a broker writes). Out: the lock held for the length of a repair
 (:func:`broker_lock`), whether someone else holds it now (:func:`lock_state`, which changes nothing), the
-checkpoint's fields (:func:`read_checkpoint`) and its one field rocketidx writes
-(:func:`write_checkpoint_index_ts`).
+checkpoint's fields (:func:`read_checkpoint`) and the two rocketidx moves after a repair
+(:func:`write_checkpoint_fields`: indexMsgTimestamp, logicsMsgTimestamp).
 
 Stays true: nothing here creates a file unless asked to (a check or a dry run leaves the store as it was);
 the checkpoint is written through a temporary file, fsync and rename, its other fields untouched.
@@ -68,11 +68,18 @@ def read_checkpoint(store: Path) -> dict | None:
 
 
 def write_checkpoint_index_ts(store: Path, index_msg_ts: int) -> None:
-    """Set indexMsgTimestamp (byte 16) and nothing else; temporary file, fsync, rename."""
+    """Set indexMsgTimestamp (byte 16) and nothing else."""
+    write_checkpoint_fields(store, {CHECKPOINT_FIELD: index_msg_ts})
+
+
+def write_checkpoint_fields(store: Path, values: dict[str, int]) -> None:
+    """Set the named checkpoint fields (``L.CHECKPOINT``'s names) and nothing else; temporary file, fsync,
+    rename. A store without a checkpoint gets one of the broker's size, its other fields 0."""
     p = store / "checkpoint"
     raw = bytearray(p.read_bytes()) if p.exists() else bytearray(L.CHECKPOINT_FILE_SIZE)
-    at = L.CHECKPOINT.fields[CHECKPOINT_FIELD][1]
-    raw[at:at + 8] = int(index_msg_ts).to_bytes(8, "big", signed=True)
+    for name, value in values.items():
+        at = L.CHECKPOINT.fields[name][1]
+        raw[at:at + 8] = int(value).to_bytes(8, "big", signed=True)
     tmp = p.with_name("checkpoint.rocketidx-tmp")
     with open(tmp, "wb") as f:
         f.write(raw)

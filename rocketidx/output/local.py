@@ -111,6 +111,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def same_bytes(a: str | os.PathLike, b: str | os.PathLike, chunk: int = 1 << 22) -> bool:
+    """Whether two files hold the same bytes (sizes first, then 4 MiB at a time: a repair compares a
+    store's files with their rebuild this way, ~1 GB/s from the page cache, where ``filecmp`` reads 8 KiB)."""
+    if os.path.getsize(a) != os.path.getsize(b):
+        return False
+    with open(a, "rb", buffering=0) as fa, open(b, "rb", buffering=0) as fb:
+        while True:
+            x = fa.read(chunk)
+            if x != fb.read(chunk):
+                return False
+            if not x:
+                return True
+
+
 def _symlink_atomic(target: str, link: Path) -> None:
     tmp = link.with_name(link.name + f".tmp-{uuid.uuid4().hex[:8]}")
     os.symlink(target, tmp)

@@ -19,14 +19,16 @@ class SparkBuilder:
         self._own = spark is None
         self.stats: dict = {}
 
-    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
+    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None,
+                 time_index="auto"):
         from rocketidx.spark.build import build_index_spark
         if self.spark is None:
             from rocketidx.spark.session import get_session
             self.spark = get_session(self.settings.master, self.settings.conf, sources=False)
         return build_index_spark(commitlog, out, config, spark=self.spark, split_bytes=self.settings.split_bytes,
                                  shuffle_partitions=self.settings.shuffle_partitions, stats=self.stats,
-                                 start_offset=start_offset, skip_entries=skip_entries, name_after=name_after)
+                                 start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
+                                 time_index=time_index)
 
     def close(self) -> None:
         if self._own and self.spark is not None:

@@ -110,3 +110,25 @@ def test_backfill_job_dry_run_then_run(tmp_path):
     missing = subprocess.run([sys.executable, str(JOB), "--store", str(tmp_path / "nowhere")],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert missing.returncode == 2 and "nowhere" in missing.stderr
+
+
+@pytest.mark.parametrize("name", ["crash-across-segments", "consumequeue-deleted", "dirty-tail"])
+def test_a_whole_store_repair_on_spark_leaves_what_the_in_process_one_leaves(spark, name, tmp_path):
+    from refdata import GOLDEN_CASES
+    from store_scenarios import scenario, store_of
+    from rocketidx.backfill.repair import repair_store
+    from rocketidx.verify.store import verify_store
+    case = [c for c in GOLDEN_CASES if (c / "expected" / "cq-manifest.json").exists()][1]
+    stores = {}
+    for engine in ("core", "spark"):
+        store, sizes = store_of(case, tmp_path / engine)
+        scenario(name, store, case)
+        shutil.rmtree(store / "index")  # and the index lost: both targets from the one Spark build
+        builder = SparkBuilder(SparkSettings(64 * 1024, 3, None, {}), spark) if engine == "spark" else None
+        r = repair_store(store, builder=builder, cq_file_size=1280, timezone_name="UTC", log=lambda *_: None,
+                         **sizes)
+        assert r.index.installed and r.queues.plan.changes
+        assert verify_store(store, **sizes).clean
+        stores[engine] = {str(p.relative_to(store)): p.read_bytes() for d in ("index", "consumequeue")
+                          for p in (store / d).rglob("*") if p.is_file()}
+    assert stores["spark"] == stores["core"]

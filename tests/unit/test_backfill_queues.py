@@ -72,23 +72,41 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", sorted(NAMED))
-@pytest.mark.parametrize("case", CASES[:3], ids=lambda c: c.name)
-def test_each_crash_scenario_is_repaired_to_the_clean_build_and_healthy_files_keep_their_inode(case, name, tmp_path):
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_each_crash_scenario_is_named_then_repaired_to_the_clean_build_healthy_files_keeping_their_inode(
+        case, name, tmp_path, capsys):
     store, sizes = store_of(case, tmp_path / "store")
     scenario(name, store, case)
+    assert NAMED[name] in verify_store(store, cq_file_size=1280, **sizes).areas["consumequeue"].counts
     damaged = snapshot(store)
-    r = repair_queues(store, cq_file_size=1280, log=lambda *_: None)
+    flags = ["--hash-slots", str(sizes["hash_slot_num"]), "--index-num", str(sizes["index_num"]), "--cq-file-size",
+             "1280", "--in-process", "--json"]
+    assert main(["backfill", "--store", str(store), "--targets", "index,consumequeue", *flags]) == 0
+    out = json.loads(capsys.readouterr().out)
+    plan = out["consumequeue"]["plan"]
     assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
+    assert tree(store / "index") == tree(case / "expected" / "index")
     after = snapshot(store)
-    for rel in r.plan.actions["keep"]:
-        assert after[f"consumequeue/{rel}"] == damaged[f"consumequeue/{rel}"]  # same inode, same bytes
-    backup = Path(r.backup_dir) / "consumequeue"
-    for rel in r.plan.actions["replace"] + r.plan.actions["remove"]:
+    changed = set(plan["replace"]) | set(plan["write"]) | set(plan["remove"])
+    for rel in (k.split("/", 1)[1] for k in damaged if k.startswith("consumequeue/")):
+        if rel not in changed:
+            assert after[f"consumequeue/{rel}"] == damaged[f"consumequeue/{rel}"]  # same inode, same bytes
+    assert {k: v for k, v in after.items() if k.startswith("index/")} == \
+        {k: v for k, v in damaged.items() if k.startswith("index/")}
+    backup = Path(out["consumequeue"]["backup_dir"]) / "consumequeue"
+    for rel in plan["replace"] + plan["remove"]:
         assert (backup / rel).read_bytes() == damaged[f"consumequeue/{rel}"][1]
     assert verify_store(store, **sizes).clean
-    assert not (store / "consumequeue.rocketidx-staging").exists()
-    again = repair_queues(store, cq_file_size=1280, log=lambda *_: None)
-    assert again.plan.changes == 0 and again.backup_dir is None
+    assert not (store / "consumequeue.rocketidx-staging").exists() and not (store / "index.rocketidx-staging").exists()
+    assert sorted(p.name for p in store.iterdir()) == ["commitlog", "consumequeue", "consumequeue.backup", "index",
+                                                       "lock"]
+    assert main(["backfill", "--store", str(store), "--targets", "index,consumequeue", *flags]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["consumequeue"]["plan"]["counts"] == {**plan["counts"], "keep": sum(plan["counts"].values())
+                                                       - plan["counts"]["remove"], "replace": 0, "write": 0,
+                                                       "remove": 0}
+    assert again["consumequeue"]["backup_dir"] is None and again["plan"]["nothing_to_do"]
+    assert snapshot(store) == after
 
 
 @pytest.mark.parametrize("moves", [0, 1, 2, 3])
@@ -188,3 +206,91 @@ def test_both_targets_repair_the_queues_and_leave_a_healthy_index_alone(tmp_path
     assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
     assert {k: v for k, v in snapshot(store).items() if k.startswith("index/")} == index_before
     assert verify_store(store, **sizes).clean
+
+
+def checkpoint(physic: int, logics: int, index: int) -> bytes:
+    return (physic.to_bytes(8, "big") + logics.to_bytes(8, "big") + index.to_bytes(8, "big")).ljust(4096, b"\0")
+
+
+@pytest.mark.parametrize("case", CASES[:4], ids=lambda c: c.name)
+def test_the_checkpoint_says_the_queues_are_whole_to_the_log_end_and_a_roll_back_restores_it(case, tmp_path,
+                                                                                               monkeypatch):
+    import rocketidx.backfill.queues as bq
+    from rocketidx.output.broker import read_checkpoint
+    store, sizes = store_of(case, tmp_path / "store")
+    messages = [json.loads(line) for line in (case / "messages.jsonl").read_text().splitlines()]
+    newest = [m for m in messages if m["tranType"] in ("not", "commit")][-1]["storeTimestamp"]
+    old = checkpoint(newest + 10**6, 1, 2**62)  # a crash: the queues' flush fell far behind the log's
+    (store / "checkpoint").write_bytes(old)
+    (store / "abort").write_bytes(b"")
+    scenario("crash-across-segments", store, case)
+    real = os.rename
+    monkeypatch.setattr(bq.os, "rename", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt("killed")))
+    with pytest.raises(KeyboardInterrupt):
+        repair_queues(store, log=lambda *_: None)
+    monkeypatch.setattr(bq.os, "rename", real)
+    r = repair_queues(store, log=lambda *_: None)  # rolls the killed one back (the checkpoint too), then repairs
+    assert len(r.rolled_back) == 1 and r.plan.changes
+    cp = read_checkpoint(store)
+    assert cp["logics_msg_timestamp_ms"] == newest
+    assert (cp["physic_msg_timestamp_ms"], cp["index_msg_timestamp_ms"]) == (newest + 10**6, 2**62)
+    assert (Path(r.backup_dir) / "checkpoint").read_bytes() == old
+    assert (store / "checkpoint").read_bytes()[24:] == old[24:]
+    assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
+
+
+def test_a_lost_index_and_damaged_queues_are_rebuilt_from_one_read(tmp_path):
+    from rocketidx.backfill.repair import repair_store
+    from rocketidx.build.local import build_index
+    case = CASES[0]
+    store, sizes = store_of(case, tmp_path / "store")
+    scenario("queue-deleted", store, case)
+    shutil.rmtree(store / "index")
+    calls = []
+
+    def builder(*args, **kwargs):
+        calls.append(kwargs.get("start_offset"))
+        return build_index(*args, **kwargs)
+    window = json.loads((case / "case.json").read_text())["windowMillis"]  # the reference's windows
+    r = repair_store(store, builder=builder, window_ms=window, log=lambda *_: None, **sizes)
+    assert calls == [None]  # the queues' build was the index's too
+    assert r.index.installed and r.queues.plan.actions["write"]
+    assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
+    in_order = lambda d: [p.read_bytes() for p in sorted(d.iterdir())]  # noqa: E731 (names: this host's zone)
+    assert in_order(store / "index") == in_order(case / "expected" / "index")
+    assert verify_store(store, **sizes).clean
+
+
+def test_a_damaged_index_falls_back_to_the_index_backfill_and_keeps_the_intact_files(tmp_path):
+    from rocketidx.backfill.repair import repair_store
+    case = next(c for c in CASES if len(list((c / "expected" / "index").iterdir())) > 1)
+    store, sizes = store_of(case, tmp_path / "store")
+    files = sorted((store / "index").iterdir())
+    inode = files[0].stat().st_ino
+    data = bytearray(files[-1].read_bytes())
+    count = int.from_bytes(data[36:40], "big")  # the newest file's last item points elsewhere
+    at = 40 + 4 * sizes["hash_slot_num"] + 20 * (count - 1)
+    data[at + 4:at + 12] = (int.from_bytes(data[at + 4:at + 12], "big") + 1).to_bytes(8, "big")
+    files[-1].write_bytes(bytes(data))
+    r = repair_store(store, log=lambda *_: None, **sizes)
+    assert r.index.plan.files[-1].status == "damaged" and files[-1].name in r.index.plan.replaced
+    assert files[0].stat().st_ino == inode
+    assert verify_store(store, **sizes).clean
+    assert r.queues.plan.changes == 0
+
+
+def test_an_index_equal_to_the_rebuild_is_kept_without_a_second_read(tmp_path, monkeypatch):
+    import rocketidx.backfill.store as bs
+    from rocketidx.backfill.repair import repair_store
+    case = next(c for c in CASES if json.loads((c / "case.json").read_text())["windowMillis"] == 0)
+    store, sizes = store_of(case, tmp_path / "store")  # RocketMQ's own files: one sequence, as the broker writes
+    scenario("dirty-tail", store, case)
+    index = {k: v for k, v in snapshot(store).items() if k.startswith("index/")}
+
+    def no_second_read(*a, **k):
+        raise AssertionError("the index was verified against the log again")
+    monkeypatch.setattr(bs, "make_plan", no_second_read)
+    r = repair_store(store, log=lambda *_: None, **sizes)
+    assert r.index.plan.nothing_to_do and {f.reason for f in r.index.plan.files} == {"identical to the rebuild"}
+    assert {k: v for k, v in snapshot(store).items() if k.startswith("index/")} == index
+    assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")

@@ -1,0 +1,156 @@
+"""``backfill --store --targets ...consumequeue``: a stopped broker's ConsumeQueues, and its index, repaired
+from one read of its CommitLog.
+
+In: ``STORE`` (``commitlog/``, ``consumequeue/``, ``index/``, ``checkpoint``, ``abort``, ``lock``), the targets,
+the sizes (the store's own, else the broker's settings) and a builder (the in-process build or Spark's, as
+the index backfill takes). Out: a :class:`StoreRepair`: the queues' plan and what was swapped, the index
+backfill's result.
+
+The steps, all under the broker's lock (both kinds):
+
+1. an interrupted repair of either kind is rolled back (its journal);
+2. one build of the targets from the whole CommitLog, with the store's sizes, into
+   ``STORE/consumequeue.rocketidx-staging/<stamp>/`` (synced when it commits; a dry run builds in a temporary
+   directory instead);
+3. the queues: each file against its rebuild (:func:`rocketidx.backfill.queues.compare_queues`), then the swap
+   (backup, journal, one rename at a time), then the checkpoint's logicsMsgTimestamp;
+4. the index: left as it is when its files are the rebuild's, byte for byte (a file equal to what RocketMQ
+   writes from this log needs no verification: :func:`rocketidx.backfill.store.plan_from_rebuild`); otherwise
+   the index backfill's own plan runs (each file verified, the lost range rebuilt: more reads of the log),
+   taking the rebuild of step 2 where it keeps no file.
+
+Stays true: nothing is written outside ``consumequeue/``, ``index/`` and ``checkpoint`` but rocketidx's staging
+and backup directories beside them; healthy files keep their inode; run on its own result, nothing changes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rocketidx.backfill.queues import (BACKUP_DIR, STAGING_DIR, QueuePlan, QueueRepair, compare_queues,
+                                       install_queues, interrupted_queue_repairs, queue_files, roll_back_queues,
+                                       store_queue_file_size)
+from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir, plan_from_rebuild, roll_back_interrupted
+from rocketidx.config import BuildConfig
+from rocketidx.errors import StoreLayoutError
+import rocketidx.layout as L
+from rocketidx.output.broker import broker_lock
+from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
+
+
+@dataclass
+class StoreRepair:
+    queues: QueueRepair | None = None
+    index: BackfillResult | None = None
+    reads: int = 1  # full reads of the CommitLog the build made (the index's own plan adds its own)
+    wall_s: float = 0.0
+    rolled_back: list[str] = field(default_factory=list)
+
+
+def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index", "consumequeue"),
+                 hash_slot_num: int | None = None, index_num: int | None = None, window_ms: int = 0,
+                 timezone_name: str = "local", cq_file_size: int | None = None,
+                 delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
+                 builder=None, log=print) -> StoreRepair:
+    """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
+    only. ``cq_file_size``: the queue file size where no queue file of the store tells it."""
+    t0 = time.monotonic()
+    store = Path(store)
+    if not (store / "commitlog").is_dir():
+        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
+    queue_files(store / "consumequeue")  # refuse a stray before the lock file is made
+    if builder is None:
+        from rocketidx.build.local import build_index as builder
+    with broker_lock(store, create=not dry_run):
+        result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
+        files = queue_files(store / "consumequeue")  # as the roll-backs left it
+        size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
+        index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None
+        config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
+                             index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
+                             timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
+                             delay_levels=delay_levels)
+        now = time.time_ns()
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z-{os.getpid()}"
+        out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run else store / STAGING_DIR / stamp
+        try:
+            built, summary = builder(store / "commitlog", out, config, time_index=None)
+            log(f"read the CommitLog once: {summary.messages:,} messages -> "
+                + ("the queues and the index" if "index" in targets else "the queues"))
+            plan = compare_queues(store, files, size, size_from, out / CONSUMEQUEUE_DIR)
+            result.queues = QueueRepair(plan, rolled_back=result.rolled_back)
+            for line in plan.lines():
+                log(line)
+            if not dry_run and plan.changes:
+                backup = store / BACKUP_DIR / stamp
+                # A store without a checkpoint gets none: the broker starts one at zero, the same as before.
+                logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
+                install_queues(store, out / CONSUMEQUEUE_DIR, backup, plan, logics)
+                result.queues.backup_dir = str(backup)
+                log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
+                    f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
+            if index is not None:
+                rebuilt = [out / INDEX_DIR / f.name for f in Manifest.from_dict(built, str(out)).files]
+                same = plan_from_rebuild(store, rebuilt, hash_slot_num=hash_slot_num, index_num=index_num,
+                                         window_ms=window_ms)
+                if same is None:
+                    log("index: not the rebuild's files byte for byte: the index backfill verifies each file")
+                result.index = backfill_locked(
+                    store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
+                    timezone_name=timezone_name, dry_run=dry_run, check_crc=check_crc, log=log, t0=t0, plan=same,
+                    builder=_Reuse(builder, out, built, summary, config))
+        finally:
+            shutil.rmtree(out.parent if dry_run else out, ignore_errors=True)
+            if (store / STAGING_DIR).is_dir() and not any((store / STAGING_DIR).iterdir()):
+                (store / STAGING_DIR).rmdir()
+    result.wall_s = time.monotonic() - t0
+    return result
+
+
+def _roll_back(store: Path, targets, dry_run: bool, log) -> list[str]:
+    """Every interrupted repair of the targets, undone (a dry run says it would): the backups."""
+    undone = roll_back_interrupted(store, dry_run, log) if "index" in targets else []
+    for d, journal in interrupted_queue_repairs(store):
+        if dry_run:
+            log(f"an interrupted ConsumeQueue repair ({d}) would be rolled back first")
+            continue
+        roll_back_queues(store, d, journal)
+        undone.append(str(d))
+        log(f"rolled back an interrupted ConsumeQueue repair ({d})")
+    return undone
+
+
+def newest_entry_time(store: Path, out: Path) -> int | None:
+    """The logicsMsgTimestamp a broker that dispatched the whole log would have: the store time of the newest
+    queue entry's message (it sets the field at every entry it writes). None without an entry."""
+    from rocketidx.query.lookup import read_messages_at
+    from rocketidx.verify.store import queues_max_offset
+    top = queues_max_offset(str(out / CONSUMEQUEUE_DIR)) if (out / CONSUMEQUEUE_DIR).is_dir() else None
+    if top is None:
+        return None
+    table, found = read_messages_at(str(store / "commitlog"), [top])
+    return int(table.column("store_timestamp_ms")[0].as_py()) if found[0] else None
+
+
+class _Reuse:
+    """The index backfill's builder: the build of step 2 when the backfill's range is the whole log with
+    nothing kept (a lost or wholly damaged index), else the caller's builder for the range."""
+
+    def __init__(self, builder, out: Path, built: dict, summary, config: BuildConfig):
+        self.builder, self.out, self.built, self.summary, self.config = builder, out, built, summary, config
+
+    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None):
+        from rocketidx.commitlog.segments import list_segments
+        segments = list_segments(commitlog)
+        whole = start_offset in (None, segments[0].base_offset if segments else 0)
+        if whole and not skip_entries and name_after is None and self.out.is_dir() and \
+                (config.hash_slot_num, config.index_num, config.window_ms, config.timezone) == \
+                (self.config.hash_slot_num, self.config.index_num, self.config.window_ms, self.config.timezone):
+            os.rename(self.out, out)  # the backfill installs from its own staging: hand it this build's
+            return self.built, self.summary
+        return self.builder(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
+                            name_after=name_after)
