@@ -1,7 +1,7 @@
 """The fault campaign of issue 12, kept in the repository: ``make faults`` (a small sample runs in the unit
 suite, tests/unit/test_faults_sample.py).
 
-Six parts, each printing counts per outcome and keeping a reproducer for every failure under
+Seven parts, each printing counts per outcome and keeping a reproducer for every failure under
 ``bench-data/faults/repro/<part>-<n>/`` (the inputs, the command and the traceback):
 
 * ``logs``: ``--logs`` mutated CommitLogs (default 50,000), each made from one of three small generated
@@ -37,6 +37,13 @@ Six parts, each printing counts per outcome and keeping a reproducer for every f
   unexplained queues, over the reference cases' queues and a generated store's, through ``verify
   --consumequeue`` with the CommitLog (every damage must be reported) and from the files alone (catches
   counted per kind); the clean bases must verify clean; every 25th case also on Spark, the same report.
+
+* ``stores``: ``--store-cases`` damaged broker stores (default 20,000; bench/store_faults.py), the
+  ``queues`` kinds plus ``consumequeue/`` deleted, a crash across two segments and entries copied from another
+  broker, through ``verify --store`` and ``backfill --targets index,consumequeue``: a refusal in one line
+  that changes nothing, or a repair that changes something exactly when verify reported the queues and leaves
+  them the clean base's byte for byte; then ``--repair-kills`` real repairs killed with -9 at random
+  moments, each rerun ending where an uninterrupted repair does.
 
 Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues``;
 ``--workers``.
@@ -922,6 +929,20 @@ def run_queue_part(cases: int, seed: int = 1, spark: bool = True) -> tuple[Count
         shutil.rmtree(work, ignore_errors=True)
 
 
+# --- part 7: damaged broker stores, and repairs killed -----------------------------------------------
+
+def run_store_part(cases: int, kills: int, messages: int, seed: int = 1, workers: int = 2) -> tuple[Counter, list[dict]]:
+    from store_faults import run_repair_kills, run_stores
+    work = scratch_root()
+    try:
+        counts, failures = run_stores(cases, seed, work, workers)
+        kc, kf = run_repair_kills(kills, messages, seed, work, RIDX, _kill_group_after)
+        counts.update(kc)
+        return counts, [_keep(dict(f, part="stores")) for f in failures + kf]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --- main -------------------------------------------------------------------------------------------
 
 def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> None:
@@ -934,8 +955,11 @@ def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="logs,index,kills,race,engines,queues")
+    ap.add_argument("--only", default="logs,index,kills,race,engines,queues,stores")
     ap.add_argument("--queue-cases", type=int, default=2_000, help="queues: damaged ConsumeQueues through verify")
+    ap.add_argument("--store-cases", type=int, default=20_000,
+                    help="stores: damaged broker stores through verify --store and backfill")
+    ap.add_argument("--repair-kills", type=int, default=12, help="stores: backfill --targets index,consumequeue killed")
     ap.add_argument("--logs", type=int, default=50_000)
     ap.add_argument("--index-cases", type=int, default=1_000)
     ap.add_argument("--kills", type=int, default=10, help="per kind: in-process build, Spark build, backfill")
@@ -964,6 +988,8 @@ def main(argv=None) -> int:
             counts, failures = run_engines(a.engine_logs, a.seed)
         elif part == "queues":
             counts, failures = run_queue_part(a.queue_cases, a.seed, spark=not a.no_spark)
+        elif part == "stores":
+            counts, failures = run_store_part(a.store_cases, a.repair_kills, a.kill_messages, a.seed, a.workers)
         else:
             raise SystemExit(f"unknown part {part}")
         seconds = time.monotonic() - t

@@ -67,6 +67,9 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         from rocketidx.build.local import build_index as builder
     with broker_lock(store, create=not dry_run):
         result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
+        if not dry_run and (store / STAGING_DIR).is_dir():  # a killed repair's build: never installed, ours
+            shutil.rmtree(store / STAGING_DIR)
+            log(f"removed an interrupted repair's staging ({store / STAGING_DIR})")
         files = queue_files(store / "consumequeue")  # as the roll-backs left it
         size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
         index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None

@@ -294,3 +294,16 @@ def test_an_index_equal_to_the_rebuild_is_kept_without_a_second_read(tmp_path, m
     assert r.index.plan.nothing_to_do and {f.reason for f in r.index.plan.files} == {"identical to the rebuild"}
     assert {k: v for k, v in snapshot(store).items() if k.startswith("index/")} == index
     assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
+
+
+def test_a_killed_repairs_staging_is_removed_by_the_next_run_and_never_installed(tmp_path):
+    from rocketidx.backfill.repair import repair_store
+    case = CASES[0]
+    store, sizes = store_of(case, tmp_path / "store")
+    left = store / "consumequeue.rocketidx-staging" / "20260101T000000.000000000Z-1" / "consumequeue" / "T" / "0"
+    left.mkdir(parents=True)
+    (left / ("0" * 20)).write_bytes(bytes(1280))  # what a kill -9 in the middle of the build leaves
+    lines = []
+    assert repair_store(store, log=lines.append, **sizes).queues.plan.changes == 0
+    assert not (store / "consumequeue.rocketidx-staging").exists() and not (store / "consumequeue" / "T").exists()
+    assert any("interrupted repair's staging" in line for line in lines)

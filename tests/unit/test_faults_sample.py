@@ -37,3 +37,18 @@ def test_damaged_consumequeues_are_all_reported_with_the_log_and_clean_ones_neve
 def test_queries_racing_builds_see_one_build_each():
     counts, failures = faults.run_race(60, 4, seed=7)
     assert not failures and counts["round: first log's answers"] and counts["round: second log's answers"]
+
+
+def test_damaged_stores_are_repaired_exactly_where_verify_reports_them(tmp_path):
+    from store_faults import KINDS, run_stores
+    counts, failures = run_stores(2 * len(KINDS), seed=7, work=tmp_path, workers=1)
+    assert not failures, failures[:3]
+    assert sum(v for k, v in counts.items() if "identical to the clean base" in k) >= len(KINDS)
+    assert not any("FAILURE" in k or "CLEAN" in k for k in counts)
+
+
+def test_a_repair_killed_at_random_moments_ends_where_an_uninterrupted_one_does(tmp_path):
+    from store_faults import run_repair_kills
+    counts, failures = run_repair_kills(2, 20_000, 7, tmp_path, faults.RIDX, faults._kill_group_after)
+    assert not failures, failures[:3]
+    assert sum(v for k, v in counts.items() if "nothing lost" in k) == 2
