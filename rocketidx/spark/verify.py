@@ -464,8 +464,10 @@ def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_b
 
 
 def verify_store_spark(store, *, spark, split_bytes: int = DEFAULT_SPLIT_BYTES, **kw):
-    """:func:`rocketidx.verify.store.verify_store` with the index and the queues checked on Spark (the same
-    report; ``kw`` as there)."""
+    """:func:`rocketidx.verify.store.verify_store` with its one read (the rebuild of the queues and the index) a
+    Spark build, and an index that is not the rebuild's checked on Spark (the same report; ``kw`` as there)."""
+    from rocketidx.spark.backfill import SparkBuilder
+    from rocketidx.spark.session import SparkSettings
     from rocketidx.verify.store import verify_store
     return verify_store(store, index_check=partial(verify_index_spark, spark=spark, split_bytes=split_bytes),
-                        queue_check=partial(verify_consumequeues_spark, spark=spark, split_bytes=split_bytes), **kw)
+                        builder=SparkBuilder(SparkSettings(split_bytes=split_bytes), spark), **kw)

@@ -6,15 +6,22 @@ checkpoint, where a restart's re-dispatch would start: ``../shared/spec/consume-
 :class:`rocketidx.verify.report.VerifyReport` per area (``index``, ``consumequeue``, ``checkpoint``), and for
 every kind of problem found what a restart of the broker does about it.
 
+One read of the CommitLog: a rebuild of the queues and the index into scratch space, against which the queues
+are compared; an index that is the rebuild's byte for byte needs only its structure checked, any other is
+verified against the log as ``verify --index`` does (a second read).
+
 Stays true: nothing in the store is written or created (the lock is probed, not taken); ``abort`` and a
 lock are state, not problems; a checkpoint field is a problem only where a restart would then delete or
-miss data; the areas are checked by the same code as ``verify --index`` and ``verify --consumequeue``.
+miss data; the areas are judged by the same code as ``verify --index`` and ``verify --consumequeue``.
 """
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -24,6 +31,7 @@ from rocketidx.commitlog.records import scan_records
 from rocketidx.commitlog.segments import Segment, list_segments, open_segment
 from rocketidx.errors import StoreLayoutError
 from rocketidx.output.broker import lock_state, read_checkpoint
+from rocketidx.output.local import same_bytes
 from rocketidx.verify.core import open_for_verify, verify_index
 from rocketidx.verify.queues import list_queues, verify_consumequeues
 from rocketidx.verify.report import VerifyReport
@@ -122,11 +130,15 @@ def queues_max_offset(directory: str) -> int | None:
 
 def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
-                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE, index_check=verify_index,
-                 queue_check=verify_consumequeues) -> StoreReport:
+                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE, index_check=verify_index, builder=None) -> StoreReport:
     """Check every area of ``store`` against its CommitLog (see the module docstring). ``cq_file_size``: the
-    queue file size where no queue file tells it; ``index_check``, ``queue_check``: the area checks (these
-    in-process ones, or :func:`rocketidx.spark.verify.verify_store_spark`'s)."""
+    queue file size where no queue file tells it.
+
+    One read: ``builder`` (the in-process build by default; :func:`rocketidx.spark.verify.verify_store_spark`
+    gives Spark's) rebuilds the queues and the index, with the store's sizes and as the broker writes it (one
+    sequence), into scratch space; the queues are compared with that rebuild. An index whose files are the
+    rebuild's byte for byte needs only its structure checked; any other is checked by ``index_check`` against
+    the log, which reads it again."""
     store = Path(store)
     commitlog = store / "commitlog"
     if not commitlog.is_dir():
@@ -141,17 +153,31 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
              "recovery_start": {"offset": start, "how": how},
              "index": (store / "index").is_dir(), "consumequeue": cq_dir.is_dir()}
     report = StoreReport(str(store), state)
+    pre, files, sizes = VerifyReport(), [], None
     if (store / "index").is_dir() and any((store / "index").iterdir()):
-        pre = VerifyReport()
         files, _ = open_for_verify(store / "index", hash_slot_num, index_num, pre)
-        idx = index_check(files, str(commitlog), check_crc=check_crc, open_start=True)
-        idx.problems[:0] = pre.problems
-        idx.counts.update(pre.counts)
-        report.areas["index"] = idx
-        report.restart["index"] = {k: INDEX_RESTART.format(start=start) for k in idx.counts}
-        report.areas["checkpoint"] = _checkpoint_problems(files, checkpoint, abort)
-    # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
-    cq = queue_check(str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size)
+        sizes = (files[0].hash_slot_num, files[0].index_num) if files else None
+    file_size = (list_queues(str(cq_dir), VerifyReport())[1] if cq_dir.is_dir() else 0) or cq_file_size
+    scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))
+    try:
+        rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder)
+        if sizes is not None or pre.problems:
+            same = bool(files) and not pre.problems and len(files) == len(rebuilt.index) and all(
+                same_bytes(f.path, b) for f, b in zip(files, rebuilt.index))
+            idx = verify_index(files) if same else index_check(files, str(commitlog), check_crc=check_crc,
+                                                                  open_start=True)
+            if same:
+                idx.expected_entries, idx.covered_range = rebuilt.entries, rebuilt.covered
+            idx.problems[:0] = pre.problems
+            idx.counts.update(pre.counts)
+            report.areas["index"] = idx
+            report.restart["index"] = {k: INDEX_RESTART.format(start=start) for k in idx.counts}
+            report.areas["checkpoint"] = _checkpoint_problems(files, checkpoint, abort)
+        # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
+        cq = verify_consumequeues(str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc,
+                                  file_size=cq_file_size, rebuild=rebuilt.queues)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     report.areas["consumequeue"] = cq
     redispatch = REDISPATCH.format(start=start, how=how)
     report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts}
@@ -159,6 +185,36 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if cp is not None:
         report.restart["checkpoint"] = {k: CHECKPOINT_RESTART[k] for k in cp.counts}
     return report
+
+
+@dataclass
+class _Rebuilt:
+    index: list[Path]  # the rebuilt IndexFiles, oldest first
+    entries: int
+    covered: tuple[int, int] | None
+    queues: Callable  # a ``rebuild`` for verify_consumequeues: the queues already built
+
+
+def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_size: int, delays_ms, check_crc: bool,
+             builder) -> _Rebuilt:
+    """The one read: the queues (and, with ``sizes``, the index) rebuilt from the whole log into ``out``."""
+    from rocketidx.config import BuildConfig
+    from rocketidx.consumequeue.writer import QueueInfo
+    from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
+    if builder is None:
+        from rocketidx.build.local import build_index as builder
+    config = BuildConfig(hash_slot_num=sizes[0] if sizes else L.DEFAULT_HASH_SLOT_NUM,
+                         index_num=sizes[1] if sizes else L.DEFAULT_INDEX_NUM, window_ms=0, timezone="UTC",
+                         check_crc=check_crc, targets=("index", "consumequeue") if sizes else ("consumequeue",),
+                         cq_file_size=file_size, delay_levels=" ".join(f"{d // 1000}s" for d in delays_ms))
+    manifest, summary = builder(commitlog, out, config, time_index=None)
+    rows = list(Manifest.from_dict(manifest, str(out)).files) if sizes else []
+    infos = [QueueInfo(**q) for q in manifest["consumequeues"]["queues"]]
+    segments = list_segments(str(commitlog))
+    log_end = summary.stop["phy_offset"] if summary.stop else (segments[-1].end_offset if segments else 0)
+    return _Rebuilt([out / INDEX_DIR / f.name for f in rows], summary.entries,
+                    (min(f.begin_phy_offset for f in rows), max(f.end_phy_offset for f in rows)) if rows else None,
+                    lambda *_: (str(out / CONSUMEQUEUE_DIR), infos, log_end))
 
 
 def _checkpoint_problems(files, checkpoint: dict | None, abort: bool) -> VerifyReport:

@@ -4,6 +4,7 @@ whose consumequeue/ holds something that is not a queue file is refused in one l
 from __future__ import annotations
 
 import json
+import time
 import os
 import shutil
 from pathlib import Path
@@ -307,3 +308,44 @@ def test_a_killed_repairs_staging_is_removed_by_the_next_run_and_never_installed
     assert repair_store(store, log=lines.append, **sizes).queues.plan.changes == 0
     assert not (store / "consumequeue.rocketidx-staging").exists() and not (store / "consumequeue" / "T").exists()
     assert any("interrupted repair's staging" in line for line in lines)
+
+
+@pytest.mark.parametrize("kind", ["posix", "flock"])
+@pytest.mark.parametrize("targets", ["consumequeue", "index,consumequeue"])
+def test_a_store_locked_either_way_is_refused_in_one_line_and_nothing_changes(kind, targets, tmp_path, capsys):
+    import fcntl
+    case = CASES[0]
+    store, sizes = store_of(case, tmp_path / "store")
+    scenario("queue-deleted", store, case)
+    (store / "lock").write_bytes(b"")
+    before = snapshot(store)
+    fd = os.open(store / "lock", os.O_RDWR)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the holder: another process (a POSIX lock is per process; a broker holds one)
+        (fcntl.lockf if kind == "posix" else fcntl.flock)(fd, fcntl.LOCK_EX)
+        os.write(w, b"x")
+        time.sleep(30)
+        os._exit(0)
+    try:
+        os.read(r, 1)
+        code = main(["backfill", "--store", str(store), "--targets", targets, "--hash-slots",
+                     str(sizes["hash_slot_num"]), "--index-num", str(sizes["index_num"]), "--in-process"])
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(fd)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "lock" in err[0] and ("POSIX" in err[0] if kind == "posix" else "flock" in err[0])
+    assert snapshot(store) == before
+
+
+def test_a_store_without_commitlog_is_refused_in_one_line_and_nothing_changes(tmp_path, capsys):
+    case = CASES[0]
+    store, _ = store_of(case, tmp_path / "store")
+    shutil.rmtree(store / "commitlog")
+    before = snapshot(store)
+    assert main(["backfill", "--store", str(store), "--targets", "index,consumequeue"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no commitlog/" in err[0] and str(store) in err[0]
+    assert snapshot(store) == before and sorted(p.name for p in store.iterdir()) == ["consumequeue", "index"]
