@@ -959,7 +959,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queue-cases", type=int, default=2_000, help="queues: damaged ConsumeQueues through verify")
     ap.add_argument("--store-cases", type=int, default=20_000,
                     help="stores: damaged broker stores through verify --store and backfill")
-    ap.add_argument("--repair-kills", type=int, default=12, help="stores: backfill --targets index,consumequeue killed")
+    ap.add_argument("--repair-kills", type=int, default=20, help="stores: backfill --targets index,consumequeue killed")
     ap.add_argument("--logs", type=int, default=50_000)
     ap.add_argument("--index-cases", type=int, default=1_000)
     ap.add_argument("--kills", type=int, default=10, help="per kind: in-process build, Spark build, backfill")
