@@ -19,7 +19,7 @@ SHELL := /bin/bash
 # news to someone running `make run`. Only those lines are dropped; every other pip message shows.
 PIP_NOISE := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
 
-.PHONY: setup run test test-fast notebook bench faults interrupts refcheck clean
+.PHONY: setup run test test-fast notebook bench faults interrupts refcheck dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ faults: $(STAMP)
 # Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20)
 interrupts: $(STAMP)
 	$(BIN)/python bench/interrupts.py
+
+# What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas
+# and rocketidx from its wheel, with the compiled kernel), the wheel, and rocketidx.zip (the --py-files fallback)
+dist: $(STAMP)
+	$(BIN)/python -m rocketidx.spark.ship --out dist
 
 refcheck: $(STAMP)
 	$(BIN)/python ../shared/tools/refcheck.py

@@ -29,6 +29,7 @@ from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_in
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
 from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
 from rocketidx.commitlog.segments import Segment, list_segments
@@ -91,6 +92,7 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
             refuse_invalid_log(segments, stop, start_offset)
             files = [f for w in windows for f in w.files]
             summary.stop = stop
+            summary.reader = reader_name(native)
             summary.stops = [s.as_dict() for s in reader.stops]
             summary.below_end_phy_offset_skipped = sum(w.skipped_below_end for w in windows)
             summary.below_end_first_offset = min((w.first_skipped_at for w in windows

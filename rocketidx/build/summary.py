@@ -34,6 +34,7 @@ class BuildSummary:
     time_index: str | None = None  # how a time slice used the time index, when it was asked to
     phy_mismatch: dict | None = None  # first record whose PHYSICALOFFSET is not its position: segment, offset
     consumequeue: dict | None = None  # with --targets consumequeue: queues, files, entries, what the rules dropped
+    reader: str | None = None  # kernel, numpy or mixed: what the reads ran (rocketidx.commitlog.native.readers_of)
 
     def as_dict(self) -> dict:
         return asdict(self)

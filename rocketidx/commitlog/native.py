@@ -16,6 +16,18 @@ def native_available() -> bool:
     return kernel is not None
 
 
+def reader_name(native: bool | None = None) -> str:
+    """What a read in this process runs: ``kernel`` or ``numpy`` (what task results and summaries report, so
+    that an executor without the kernel, e.g. one given only a ``--py-files`` zip, shows)."""
+    return "kernel" if use_native(native) else "numpy"
+
+
+def readers_of(names) -> str | None:
+    """The summary's word for the readers tasks ran: ``kernel`` or ``numpy`` when all ran one, else ``mixed``."""
+    seen = {n for n in names if n}
+    return None if not seen else seen.pop() if len(seen) == 1 else "mixed"
+
+
 def use_native(native: bool | None) -> bool:
     """``native=None``: the kernel where it is built; True insists on it."""
     if native and kernel is None:

@@ -28,6 +28,7 @@ from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rol
 import rocketidx.layout as L
 from rocketidx.usage import Usage
 from rocketidx.commitlog.records import (STOP_CORRUPT, STOP_RANGE_END, STOP_SEGMENT_END, ReadStop, find_first_record, release_pages, scan_records)
+from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment
 from rocketidx.commitlog.splits import DEFAULT_BATCH_RECORDS, FINAL_STOPS, RangeInfo, SplitSpec, skip_mask
 import rocketidx.storage as storage
@@ -308,7 +309,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
             stop = peeked
     return RangeInfo(rng.index, seg.path, seg.base_offset, seg.size, rng.start, rng.end, first,
                      stop.segment_offset, stop.kind, stop.reason, records, rollback, indexed, n_entries,
-                     mismatch, usage.peak_rss_kb, usage.cpu_ms)
+                     mismatch, usage.peak_rss_kb, usage.cpu_ms, reader_name())
 
 
 def peek_stop(buf, seg: Segment, at: int, check_crc: bool) -> ReadStop | None:

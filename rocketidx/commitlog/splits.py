@@ -94,6 +94,7 @@ class RangeInfo:
     phy_mismatch_at: int | None = None  # first record whose PHYSICALOFFSET is not its own offset
     worker_rss_kb: int = 0  # peak RSS of the process that read the split, when it finished
     cpu_ms: int = 0  # CPU time the process spent on this split
+    reader: str = ""  # which reader read it: "kernel" (rocketidx._native) or "numpy"; "" not read
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), separators=(",", ":")).encode()

@@ -230,3 +230,15 @@ def test_a_slice_read_through_the_time_index_gives_the_full_reads_bytes(spark, t
         {k: v for k, v in full.as_dict().items() if k not in strip}
     if stats["mode"] == "direct":
         assert sliced.bytes_scanned < full.bytes_scanned
+
+
+@pytest.mark.parametrize("plan", ["direct", "shuffle"])
+@pytest.mark.parametrize("targets", [("index",), ("consumequeue",), ("index", "consumequeue")])
+def test_the_executors_say_which_reader_ran(spark, tmp_path, plan, targets):
+    from rocketidx.commitlog.native import reader_name
+    case = GOLDEN_CASES[0]
+    if plan == "shuffle" and targets == ("consumequeue",):
+        pytest.skip("the queues have no shuffle plan")
+    _, summary = build_index_spark(case / "commitlog", tmp_path / "out", BuildConfig(timezone="UTC", targets=targets),
+                                   spark=spark, split_bytes=64 * 1024, shuffle=plan == "shuffle")
+    assert summary.reader == reader_name()  # the executors run this environment: the kernel where it is built

@@ -72,6 +72,7 @@ STOP_ROWS = pa.schema([
     ("kind", pa.string()),
     ("reason", pa.string()),
     ("phy_mismatch_at", pa.int64()),  # first record whose PHYSICALOFFSET is not its position, or null
+    ("reader", pa.string()),  # kernel or numpy: what the executor that read the split ran
 ])
 
 # --- options ------------------------------------------------------------------------------------
@@ -247,7 +248,8 @@ def _stop_batch(info: RangeInfo) -> pa.RecordBatch:
         "base_offset": info.base_offset, "segment_size": info.size, "range_start": info.start,
         "range_end": info.end, "first_record": info.first, "records": info.records,
         "rollback_skipped": info.rollback, "segment_offset": info.stop_offset, "phy_offset": info.base_offset + info.stop_offset,
-        "kind": info.stop_kind, "reason": info.stop_reason, "phy_mismatch_at": info.phy_mismatch_at}],
+        "kind": info.stop_kind, "reason": info.stop_reason, "phy_mismatch_at": info.phy_mismatch_at,
+        "reader": info.reader}],
         schema=STOP_ROWS)
 
 
@@ -256,7 +258,8 @@ def info_from_stop_row(row) -> RangeInfo:
     get = row.asDict() if hasattr(row, "asDict") else dict(row)
     return RangeInfo(get["range_index"], get["path"], get["base_offset"], get["segment_size"], get["range_start"],
                      get["range_end"], get["first_record"], get["segment_offset"], get["kind"], get["reason"],
-                     get["records"], get["rollback_skipped"], phy_mismatch_at=get["phy_mismatch_at"])
+                     get["records"], get["rollback_skipped"], phy_mismatch_at=get["phy_mismatch_at"],
+                     reader=get.get("reader") or "")
 
 
 # --- the Spark data source ------------------------------------------------------------------------
