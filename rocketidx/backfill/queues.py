@@ -156,16 +156,6 @@ class QueueRepair:
     rolled_back: list[str] = field(default_factory=list)  # earlier interrupted repairs undone first
 
 
-def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
-                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
-                  builder=None, log=print) -> QueueRepair:
-    """``backfill --targets consumequeue``: :func:`rocketidx.backfill.repair.repair_store` of the queues alone;
-    the queues' part of its result."""
-    from rocketidx.backfill.repair import repair_store
-    return repair_store(store, targets=("consumequeue",), cq_file_size=cq_file_size, delay_levels=delay_levels,
-                        check_crc=check_crc, dry_run=dry_run, builder=builder, log=log).queues
-
-
 def install_queues(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan, logics_ts: int | None) -> None:
     """Swap the plan's files in (their data synced by the build that made them). The journal
     (``backup/journal.json``) names every move before the first; replaced and removed files move to the

@@ -114,6 +114,15 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
     return result
 
 
+def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
+                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
+                  builder=None, log=print) -> QueueRepair:
+    """``backfill --targets consumequeue``: :func:`repair_store` of the queues alone; the queues' part of its
+    result."""
+    return repair_store(store, targets=("consumequeue",), cq_file_size=cq_file_size, delay_levels=delay_levels,
+                        check_crc=check_crc, dry_run=dry_run, builder=builder, log=log).queues
+
+
 def _roll_back(store: Path, targets, dry_run: bool, log) -> list[str]:
     """Every interrupted repair of the targets, undone (a dry run says it would): the backups."""
     undone = roll_back_interrupted(store, dry_run, log) if "index" in targets else []

@@ -17,7 +17,7 @@ import time
 
 from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.summary import BuildSummary, manifest_header
-from rocketidx.commitlog.native import readers_of
+from rocketidx.commitlog.native import reader_name, readers_of
 from rocketidx.commitlog.records import STOP_RANGE_END
 from rocketidx.commitlog.segments import Segment
 from rocketidx.commitlog.splits import ResolvedStops
@@ -164,7 +164,8 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
     summary.windows = windows
     summary.files = len(files)
     summary.stop = resolved.stop
-    summary.reader = readers_of(i.reader for r in results for i in r.ranges)
+    # A build that read nothing (a time index skipped every byte) says what this process would have run.
+    summary.reader = readers_of(i.reader for r in results for i in r.ranges) or reader_name()
     summary.stops = list(resolved.stops)
     if resolved.phy_mismatch:
         path, offset = resolved.phy_mismatch[0]

@@ -14,7 +14,8 @@ import pytest
 from refdata import GOLDEN_CASES
 from store_scenarios import NAMED, biggest, scenario, store_of
 
-from rocketidx.backfill.queues import make_queue_plan, repair_queues
+from rocketidx.backfill.queues import make_queue_plan
+from rocketidx.backfill.repair import repair_queues
 from rocketidx.cli import main
 from rocketidx.errors import StoreLayoutError
 from rocketidx.verify.store import verify_store
