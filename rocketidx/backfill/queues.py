@@ -23,15 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rocketidx.layout as L
-from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
-from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
 from rocketidx.commitlog.segments import list_segments
-from rocketidx.consumequeue.writer import ConsumeQueueWriter
 from rocketidx.backfill.store import restore_checkpoint, write_journal
 from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
 from rocketidx.output.broker import write_checkpoint_fields
 from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
+from rocketidx.verify.queues import rebuild_in_process
 
 ACTIONS = ("keep", "replace", "write", "remove")
 
@@ -117,12 +116,7 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
         raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
     files = queue_files(store / "consumequeue")
     size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
-    rebuilt = os.path.join(scratch, "consumequeue")
-    writer = ConsumeQueueWriter(rebuilt, size)
-    reader = CommitLogReader(list_segments(str(store / "commitlog")), check_crc=check_crc)
-    for seg, buf, recs in reader.record_chunks():
-        writer.add(seg, dispatch(buf, seg, recs, delays_ms))
-    writer.close(sync=False)
+    rebuilt, _, _ = rebuild_in_process(list_segments(str(store / "commitlog")), scratch, size, delays_ms, check_crc)
     return compare_queues(store, files, size, size_from, Path(rebuilt))
 
 

@@ -46,7 +46,6 @@ from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
 class StoreRepair:
     queues: QueueRepair | None = None
     index: BackfillResult | None = None
-    reads: int = 1  # full reads of the CommitLog the build made (the index's own plan adds its own)
     wall_s: float = 0.0
     rolled_back: list[str] = field(default_factory=list)
 
