@@ -1,7 +1,7 @@
 """The fault campaign of issue 12, kept in the repository: ``make faults`` (a small sample runs in the unit
 suite, tests/unit/test_faults_sample.py).
 
-Seven parts, each printing counts per outcome and keeping a reproducer for every failure under
+Eight parts, each printing counts per outcome and keeping a reproducer for every failure under
 ``bench-data/faults/repro/<part>-<n>/`` (the inputs, the command and the traceback):
 
 * ``logs``: ``--logs`` mutated CommitLogs (default 50,000), each made from one of three small generated
@@ -45,7 +45,12 @@ Seven parts, each printing counts per outcome and keeping a reproducer for every
   them the clean base's byte for byte; then ``--repair-kills`` real repairs killed with -9 at random
   moments, each rerun ending where an uninterrupted repair does.
 
-Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues``;
+* ``executors``: ``--executor-kills`` nightly jobs (default 8; bench/cluster_faults.py) on a Spark standalone
+  cluster of two one-core workers, submitted with ``make dist``'s archive as docs/spark.md says, from ``s3://``
+  into ``s3://`` (the S3 test server), each with one executor JVM killed with -9 at a random moment: every job
+  must finish with its output byte-identical to an uninterrupted run's and nothing else under it.
+
+Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues,stores,executors``;
 ``--workers``.
 """
 from __future__ import annotations
@@ -945,6 +950,16 @@ def run_store_part(cases: int, kills: int, messages: int, seed: int = 1, workers
 
 # --- main -------------------------------------------------------------------------------------------
 
+def run_executor_part(kills: int, messages: int, seed: int = 1) -> tuple[Counter, list[dict]]:
+    from cluster_faults import run_executor_kills
+    work = scratch_root()
+    try:
+        counts, failures = run_executor_kills(kills, messages, seed, work)
+        return counts, [_keep(f) for f in failures]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> None:
     print(f"\n== {part} ({seconds:.0f} s): {len(failures)} failure(s)")
     for k, v in sorted(counts.items()):
@@ -955,11 +970,13 @@ def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="logs,index,kills,race,engines,queues,stores")
+    ap.add_argument("--only", default="logs,index,kills,race,engines,queues,stores,executors")
     ap.add_argument("--queue-cases", type=int, default=2_000, help="queues: damaged ConsumeQueues through verify")
     ap.add_argument("--store-cases", type=int, default=20_000,
                     help="stores: damaged broker stores through verify --store and backfill")
     ap.add_argument("--repair-kills", type=int, default=20, help="stores: backfill --targets index,consumequeue killed")
+    ap.add_argument("--executor-kills", type=int, default=8,
+                    help="executors: nightly jobs on a standalone cluster, each losing an executor to kill -9")
     ap.add_argument("--logs", type=int, default=50_000)
     ap.add_argument("--index-cases", type=int, default=1_000)
     ap.add_argument("--kills", type=int, default=10, help="per kind: in-process build, Spark build, backfill")
@@ -990,6 +1007,8 @@ def main(argv=None) -> int:
             counts, failures = run_queue_part(a.queue_cases, a.seed, spark=not a.no_spark)
         elif part == "stores":
             counts, failures = run_store_part(a.store_cases, a.repair_kills, a.kill_messages, a.seed, a.workers)
+        elif part == "executors":
+            counts, failures = run_executor_part(a.executor_kills, a.kill_messages, a.seed)
         else:
             raise SystemExit(f"unknown part {part}")
         seconds = time.monotonic() - t

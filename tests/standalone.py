@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SECTION = "On a cluster: ship the environment"
 
 
 def spark_home() -> str:
@@ -104,7 +106,7 @@ class Cluster:
                 os.killpg(p.pid, signal.SIGTERM)
         for p in self.procs:
             try:
-                p.wait(timeout=20)
+                p.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
@@ -136,3 +138,45 @@ def dist_archive() -> tuple[Path, float | None]:
     build_dist(dist, log=lambda *_: None)
     stamp.write_text(digest)
     return dist / ENV_ARCHIVE, time.monotonic() - t
+
+
+def cluster_recipe() -> list[str]:
+    """The commands of docs/spark.md's standalone block, ``make dist`` left out (:func:`dist_archive` runs its
+    code, once), in order."""
+    from readme_doc import logical_lines, read_all, shell_blocks
+    blocks, _ = read_all()
+    [block] = [b for b in shell_blocks(blocks) if any(SECTION in h for h in b.headings) and "$SPARK_MASTER" in b.text]
+    return [line for line in logical_lines(block.text) if line != "make dist"]
+
+
+def start_recipe(cluster: Cluster, work: Path, env: dict[str, str], job_args: list[str] = (),
+                 script: Path | None = None) -> subprocess.Popen:
+    """The block as written, started in a fresh shell leading its own process group, in ``work`` laid out like
+    the project root (``.venv``, ``jobs`` and ``dist`` link to this checkout's: what the block unpacks lands in
+    ``work``), with ``env`` (the URIs; anything else for spark-submit, such as ``SPARK_CONF_DIR``), the master
+    and the S3 server's settings; ``job_args`` appended to the job's flags; ``script``: another Python file
+    submitted the same way. Its output is text, on pipes."""
+    from s3server import ENV as S3_ENV
+    for name in (".venv", "jobs", "dist"):
+        if not (work / name).exists():
+            (work / name).symlink_to(ROOT / name, target_is_directory=True)
+    lines = cluster_recipe()
+    if script is not None:
+        lines[-1] = lines[-1].split(" jobs/nightly_rebuild.py ")[0] + f" {shlex.quote(str(script))}"
+    lines[-1] += "".join(f" {shlex.quote(a)}" for a in job_args)
+    shell = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_", "AWS_"))}
+    shell.update(env, SPARK_MASTER=cluster.url, **{k: os.environ[k] for k in (*S3_ENV, "AWS_ENDPOINT_URL")})
+    return subprocess.Popen(["bash", "-c", "set -euo pipefail\n" + "\n".join(lines)], cwd=work, env=shell,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def run_recipe(cluster: Cluster, work: Path, env: dict[str, str], job_args: list[str] = (),
+               script: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """:func:`start_recipe`, waited for (its process group killed after ``timeout`` seconds)."""
+    p = start_recipe(cluster, work, env, job_args, script)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)

@@ -37,6 +37,7 @@ from rocketidx.errors import RocketIdxError
 ROOT = Path(__file__).resolve().parents[2]
 ENV_ARCHIVE = "rocketidx-env.tar.gz"
 EXECUTOR_PACKAGES = ("numpy", "pyarrow", "pandas")  # what rocketidx imports on an executor
+PACK_EXCLUDES = ("*/tests/*", "*/include/*", "lib/python*/site-packages/pyarrow/src/*")
 
 
 def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
@@ -45,8 +46,8 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd or Path("/"), env=env)
     if p.returncode != 0:
-        raise RocketIdxError(f"make dist: {what} failed (exit {p.returncode}): "
-                             f"{(p.stderr or p.stdout).strip().splitlines()[-1:] or ['no output']}")
+        last = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RocketIdxError(f"make dist: {what} failed (exit {p.returncode}): {last[0]}")
 
 
 def build_wheel(dest: Path) -> Path:
@@ -67,9 +68,11 @@ def build_wheel(dest: Path) -> Path:
 def build_env(wheel: Path, dest: Path, work: Path) -> Path:
     """A fresh venv with the executor packages and ``wheel``, packed by venv-pack into ``dest``."""
     shutil.rmtree(work, ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(work)], "creating the environment")
+    # No pip nor setuptools in it (an executor installs nothing): this environment's pip installs into it.
+    _run([sys.executable, "-m", "venv", "--without-pip", str(work)], "creating the environment")
     pins = [f"{name}=={metadata.version(name)}" for name in EXECUTOR_PACKAGES]
-    pip = [str(work / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    pip = [sys.executable, "-m", "pip", "--python", str(work / "bin" / "python"), "install", "--quiet",
+           "--disable-pip-version-check"]
     _run(pip + pins, f"installing {', '.join(pins)}")
     _run(pip + ["--no-deps", str(wheel)], "installing the wheel")
     packer = shutil.which("venv-pack", path=str(Path(sys.executable).parent)) or shutil.which("venv-pack")
@@ -77,7 +80,15 @@ def build_env(wheel: Path, dest: Path, work: Path) -> Path:
         raise RocketIdxError("make dist: venv-pack is not installed (pip install venv-pack)")
     tmp = dest / (ENV_ARCHIVE + ".tmp")
     tmp.unlink(missing_ok=True)
-    _run([packer, "--prefix", str(work), "--output", str(tmp), "--format", "tar.gz", "--quiet"], "venv-pack")
+    # Every application's driver and executors unpack the archive again: the packages' test suites, C headers
+    # and sources are a third of its files and nothing imports them.
+    excludes = [arg for pattern in PACK_EXCLUDES for arg in ("--exclude", pattern)]
+    _run([packer, "--prefix", str(work), "--output", str(tmp), "--format", "tar.gz", "--quiet", *excludes],
+         "venv-pack")
+    if not kernel_in(tmp):
+        tmp.unlink()
+        raise RocketIdxError(f"make dist: {wheel.name} holds no rocketidx/_native*.so (it was built without a C "
+                             "compiler or the zlib headers): executors would run the numpy reader")
     target = dest / ENV_ARCHIVE
     os.replace(tmp, target)
     shutil.rmtree(work)
@@ -100,9 +111,6 @@ def build_dist(dest: str | os.PathLike = ROOT / "dist", log=print) -> dict:
     log(f"wheel: {wheel}")
     env = build_env(wheel, dest, ROOT / "build" / "dist-env")
     kernel = kernel_in(env)
-    if not kernel:
-        raise RocketIdxError(f"make dist: {env} holds no rocketidx/_native*.so (the wheel was built without a C "
-                             "compiler or the zlib headers): executors would run the numpy reader")
     log(f"environment: {env} ({env.stat().st_size / 1e6:.0f} MB; {kernel[0]})")
     zipped = build_py_files(dest)
     log(f"zip (the fallback, numpy reader only): {zipped}")
