@@ -15,6 +15,7 @@ no second version, no lock. The run's event log says what the kill hit: the task
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import re
@@ -42,24 +43,25 @@ def _conf_dir(where: Path, events: Path) -> Path:
     return where
 
 
-def lost_tasks(events: Path) -> tuple[list[str], int]:
-    """The jobs (their descriptions) of the tasks an event log says were lost with their executor, and how many
-    finished tasks Spark ran again because the map output they left on that executor was lost with it."""
-    jobs, stage_job, lost, resubmitted = {}, {}, [], 0
+def lost_tasks(events: Path) -> tuple[Counter, set[str]]:
+    """What the kill cost, from the event log: the tasks that did not succeed by their end reason
+    (``ExecutorLostFailure``: running on the lost executor; ``Resubmitted``: finished, but their map output
+    was lost with it; ``FetchFailed``: a reader of that output), and the jobs (their descriptions) they
+    belonged to."""
+    jobs, stage_job, reasons, where = {}, {}, Counter(), set()
     for f in events.rglob("events*"):
         for line in f.read_text().splitlines():
             e = json.loads(line)
             kind = e["Event"]
             if kind == "SparkListenerJobStart":
                 desc = (e.get("Properties") or {}).get("spark.job.description") or f"job {e['Job ID']}"
-                jobs[e["Job ID"]] = re.sub(r" -> .*", "", desc)
+                jobs[e["Job ID"]] = re.sub(r": \d+ (splits|tasks)$", "", re.sub(r" -> .*", "", desc))
                 for s in e.get("Stage IDs", []):
                     stage_job[s] = e["Job ID"]
-            elif kind == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "ExecutorLostFailure":
-                lost.append(jobs.get(stage_job.get(e["Stage ID"]), f"stage {e['Stage ID']}"))
-            elif kind == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] == "Resubmitted":
-                resubmitted += 1
-    return lost, resubmitted
+            elif kind == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] != "Success":
+                reasons[e["Task End Reason"]["Reason"]] += 1
+                where.add(jobs.get(stage_job.get(e["Stage ID"]), f"stage {e['Stage ID']}"))
+    return reasons, where
 
 
 def snapshot(uri: str) -> dict[str, bytes]:
@@ -97,6 +99,24 @@ def _wait_executors(cluster, n: int, timeout: float = 120) -> list[int]:
     raise TimeoutError(f"{n} executors did not start in {timeout:.0f} s")
 
 
+def _tasks_started(cluster, timeout: float = 300) -> float:
+    """Wait until an executor runs a task (a Python worker daemon under an executor JVM: started by the first
+    task); the moment, ``time.monotonic()``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        executors = {str(p) for p in cluster.executor_pids()}
+        out = subprocess.run(["pgrep", "-f", "pyspark.daemon"], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            try:
+                ppid = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            except OSError:
+                continue
+            if ppid in executors:
+                return time.monotonic()
+        time.sleep(0.05)
+    raise TimeoutError(f"no task started in {timeout:.0f} s")
+
+
 def _until_no_executors(cluster, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while cluster.executor_pids() and time.monotonic() < deadline:
@@ -113,6 +133,9 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
     store = work / "store"
     generate_store(store, GenConfig(messages=messages, segment_bytes=16 * 1024**2, span_ms=4 * 3_600_000))
     dist_archive()
+    # An executor killed in the middle of an upload leaves the server a request cut short: werkzeug logs each as a
+    # traceback ("Invalid chunk header"), which is the kill doing its work, not news.
+    logging.getLogger("werkzeug").setLevel(logging.CRITICAL)
     server = S3Server(configure_environment())
     cluster = Cluster(workers=2, cores=1, memory="1g").start()
     try:
@@ -131,20 +154,26 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
         p, _ = submit("ref")
         _wait_executors(cluster, 2)
         up = time.monotonic()
+        started = _tasks_started(cluster)
         out, err = p.communicate(timeout=900)
         if p.returncode != 0:
             raise RuntimeError(f"the uninterrupted run failed (exit {p.returncode}): {err[-2000:]}")
-        after_up = time.monotonic() - up
+        end = time.monotonic()
         want = snapshot(f"s3://{bucket}/ref")
-        print(f"  reference: {time.monotonic() - t:.1f} s, {after_up:.1f} s of it after both executors were up; "
-              f"{len(want)} objects", flush=True)
+        print(f"  reference: {end - t:.1f} s; the executors were up {end - up:.1f} s before its end, the first task "
+              f"started {end - started:.1f} s before it; {len(want)} objects", flush=True)
         for k in range(kills):
             _until_no_executors(cluster)
             name = f"kill-{k}"
-            delay = rng.uniform(0, after_up * 0.95)
+            # Every other kill counted from the first task (it lands in the tasks), the rest from the executors'
+            # start (before the first job too, or between jobs).
+            from_tasks = k % 2 == 0
+            delay = rng.uniform(0, (end - (started if from_tasks else up)) * 0.95)
             p, events = submit(name)
             try:
                 pids = _wait_executors(cluster, 2)
+                if from_tasks:
+                    _tasks_started(cluster)
                 time.sleep(delay)
                 victim = rng.choice(pids)
                 try:
@@ -164,13 +193,13 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
                 differ = [n for n in want if got[n] != want[n]]
                 if differ:
                     raise AssertionError(f"{len(differ)} object(s) differ, the first {differ[0]}")
-                lost, again = lost_tasks(events)
-                what = (f"{len(lost)} running task(s) lost in {', '.join(sorted(set(lost)))}" if lost
-                        else "no task running") + (f", {again} finished one(s) run again" if again else "")
+                reasons, where = lost_tasks(events)
+                what = (", ".join(f"{n} {r}" for r, n in sorted(reasons.items())) + f" in {'; '.join(sorted(where))}"
+                        if reasons else "no task lost (none ran on it then)")
                 counts["executor killed: the job finished, byte-identical, no leftovers"] += 1
                 counts[f"  the kill hit: {what}"] += 1
-                print(f"  kill {k}: executor {victim} at +{delay:.1f} s after both were up: {what}; output "
-                      "byte-identical, no leftovers", flush=True)
+                print(f"  kill {k}: executor {victim} {delay:.1f} s after {'the first task' if from_tasks else 'both were up'}:"
+                      f" {what}; output byte-identical, no leftovers", flush=True)
             except Exception:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
