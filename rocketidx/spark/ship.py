@@ -105,7 +105,7 @@ def build_dist(dest: str | os.PathLike = ROOT / "dist", log=print) -> dict:
     """``make dist``: the wheel, the environment archive and the zip in ``dest``; their sizes and the time."""
     from rocketidx.spark.session import build_py_files
     t0 = time.monotonic()
-    dest = Path(dest)
+    dest = Path(dest).resolve()  # the steps run from / (see _run): a relative path would land there
     dest.mkdir(parents=True, exist_ok=True)
     wheel = build_wheel(dest)
     log(f"wheel: {wheel}")

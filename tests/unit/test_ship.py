@@ -46,6 +46,32 @@ def _fake_steps(monkeypatch, packed: list[str], which="/usr/bin/venv-pack"):
     return calls
 
 
+def test_a_relative_out_lands_under_the_working_directory(tmp_path, monkeypatch):
+    """``make dist`` passes ``--out dist``; the steps run from / (so that pip never sees the checkout's own
+    rocketidx), so each path they are given must be absolute."""
+    so = "lib/python3.11/site-packages/rocketidx/_native.cpython-311-x86_64-linux-gnu.so"
+
+    def run(cmd, what, cwd=None):
+        where = cwd or Path("/")  # what a subprocess started in ``cwd`` makes of a relative path
+        if what == "building the wheel":
+            wheels = where / cmd[cmd.index("--wheel-dir") + 1]
+            wheels.mkdir(parents=True, exist_ok=True)
+            (wheels / "rocketidx-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
+        elif what == "creating the environment":
+            (where / cmd[-1]).mkdir(parents=True)
+        elif what == "venv-pack":
+            _tar(where / cmd[cmd.index("--output") + 1], [so, "bin/python"])
+    monkeypatch.setattr(ship, "_run", run)
+    monkeypatch.setattr(ship.shutil, "which", lambda *a, **k: "/usr/bin/venv-pack")
+    monkeypatch.setattr(ship, "ROOT", tmp_path / "checkout")
+    monkeypatch.chdir(tmp_path)
+    r = ship.build_dist("dist", log=lambda *_: None)
+    dist = tmp_path / "dist"
+    assert sorted(p.name for p in dist.iterdir()) == sorted([
+        ship.ENV_ARCHIVE, "rocketidx-0.1.0-cp311-cp311-linux_x86_64.whl", "rocketidx.zip"])
+    assert r["env"] == str(dist / ship.ENV_ARCHIVE) and r["kernel"] == [so]
+
+
 def test_without_venv_pack_it_says_how_to_get_it_and_writes_no_archive(tmp_path, monkeypatch):
     _fake_steps(monkeypatch, [], which=None)
     with pytest.raises(RocketIdxError, match=r"venv-pack is not installed \(pip install venv-pack\)"):
