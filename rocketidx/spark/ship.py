@@ -90,6 +90,7 @@ def build_env(wheel: Path, dest: Path, work: Path) -> Path:
         raise RocketIdxError(f"make dist: {wheel.name} holds no rocketidx/_native*.so (it was built without a C "
                              "compiler or the zlib headers): executors would run the numpy reader")
     target = dest / ENV_ARCHIVE
+    os.chmod(tmp, 0o644)  # venv-pack leaves it readable by its owner alone, like a temporary file
     os.replace(tmp, target)
     shutil.rmtree(work)
     return target

@@ -93,6 +93,7 @@ def test_an_archive_with_the_kernel_lands_under_its_name(tmp_path, monkeypatch):
     _fake_steps(monkeypatch, [so, "bin/python"])
     out = ship.build_env(tmp_path / "rocketidx-0.1.0.whl", tmp_path, tmp_path / "env")
     assert out == tmp_path / ship.ENV_ARCHIVE and ship.kernel_in(out) == [so]
+    assert out.stat().st_mode & 0o777 == 0o644  # others may read it: a cluster's submitter need not be its builder
     assert not (tmp_path / (ship.ENV_ARCHIVE + ".tmp")).exists()
 
 
