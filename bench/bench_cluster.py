@@ -34,24 +34,19 @@ JOB_ARGS = ["--window", "1h", "--timezone", "UTC"]
 
 def task_seconds(events: Path) -> tuple[float, int]:
     """The summed ``Executor Run Time`` of the event log's tasks (seconds), and how many tasks."""
-    ms, n = 0, 0
-    for f in events.rglob("events*"):
-        for line in f.read_text().splitlines():
-            e = json.loads(line)
-            if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics"):
-                ms += e["Task Metrics"]["Executor Run Time"]
-                n += 1
-    return ms / 1000, n
+    from standalone import events_of
+    ms = [e["Task Metrics"]["Executor Run Time"] for e in events_of(events)
+          if e["Event"] == "SparkListenerTaskEnd" and e.get("Task Metrics")]
+    return sum(ms) / 1000, len(ms)
 
 
 def submit(kind: str, cluster, work: Path, commitlog: Path, out: Path) -> dict:
     """One run of the job on the cluster, its summary as a person reads it (the warning is one of its lines);
     its figures."""
-    from cluster_faults import _conf_dir
-    from standalone import spark_home, start_recipe
+    from standalone import event_log_conf, spark_home, start_recipe
     events = work / f"events-{kind}"
     shutil.rmtree(events, ignore_errors=True)
-    conf = _conf_dir(work / f"conf-{kind}", events)
+    conf = event_log_conf(work / f"conf-{kind}", events)
     run_dir = work / kind
     run_dir.mkdir(parents=True, exist_ok=True)
     t = time.monotonic()

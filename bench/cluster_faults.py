@@ -34,33 +34,23 @@ JOB_ARGS = ["--targets", "index,consumequeue", "--window", "1h", "--timezone", "
             "--index-num", "40000", "--split-bytes", "4m", "--json"]
 
 
-def _conf_dir(where: Path, events: Path) -> Path:
-    """A SPARK_CONF_DIR whose defaults add an uncompressed event log in ``events`` to what the recipe sets."""
-    where.mkdir(parents=True, exist_ok=True)
-    events.mkdir(parents=True, exist_ok=True)
-    (where / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir {events.as_uri()}\n"
-                                               "spark.eventLog.compress false\n")
-    return where
-
-
 def lost_tasks(events: Path) -> tuple[Counter, set[str]]:
     """What the kill cost, from the event log: the tasks that did not succeed by their end reason
     (``ExecutorLostFailure``: running on the lost executor; ``Resubmitted``: finished, but their map output
     was lost with it; ``FetchFailed``: a reader of that output), and the jobs (their descriptions) they
     belonged to."""
     jobs, stage_job, reasons, where = {}, {}, Counter(), set()
-    for f in events.rglob("events*"):
-        for line in f.read_text().splitlines():
-            e = json.loads(line)
-            kind = e["Event"]
-            if kind == "SparkListenerJobStart":
-                desc = (e.get("Properties") or {}).get("spark.job.description") or f"job {e['Job ID']}"
-                jobs[e["Job ID"]] = re.sub(r": \d+ (splits|tasks)$", "", re.sub(r" -> .*", "", desc))
-                for s in e.get("Stage IDs", []):
-                    stage_job[s] = e["Job ID"]
-            elif kind == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] != "Success":
-                reasons[e["Task End Reason"]["Reason"]] += 1
-                where.add(jobs.get(stage_job.get(e["Stage ID"]), f"stage {e['Stage ID']}"))
+    from standalone import events_of
+    for e in events_of(events):
+        kind = e["Event"]
+        if kind == "SparkListenerJobStart":
+            desc = (e.get("Properties") or {}).get("spark.job.description") or f"job {e['Job ID']}"
+            jobs[e["Job ID"]] = re.sub(r": \d+ (splits|tasks)$", "", re.sub(r" -> .*", "", desc))
+            for s in e.get("Stage IDs", []):
+                stage_job[s] = e["Job ID"]
+        elif kind == "SparkListenerTaskEnd" and e["Task End Reason"]["Reason"] != "Success":
+            reasons[e["Task End Reason"]["Reason"]] += 1
+            where.add(jobs.get(stage_job.get(e["Stage ID"]), f"stage {e['Stage ID']}"))
     return reasons, where
 
 
@@ -125,7 +115,7 @@ def _until_no_executors(cluster, timeout: float = 60) -> None:
 
 def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tuple[Counter, list[dict]]:
     from s3server import S3Server, configure_environment
-    from standalone import Cluster, dist_archive, start_recipe
+    from standalone import Cluster, dist_archive, event_log_conf, start_recipe
 
     from rocketidx.commitlog.generate import GenConfig, generate_store
     rng = random.Random(seed)
@@ -146,7 +136,7 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
         def submit(name: str):
             events = work / "events" / name
             env = {"COMMITLOG": commitlog, "OUT": f"s3://{bucket}/{name}",
-                   "SPARK_CONF_DIR": str(_conf_dir(work / "conf" / name, events))}
+                   "SPARK_CONF_DIR": str(event_log_conf(work / "conf" / name, events))}
             (work / "runs" / name).mkdir(parents=True)
             return start_recipe(cluster, work / "runs" / name, env, JOB_ARGS), events
 

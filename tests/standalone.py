@@ -180,3 +180,20 @@ def run_recipe(cluster: Cluster, work: Path, env: dict[str, str], job_args: list
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def event_log_conf(where: Path, events: Path) -> Path:
+    """A ``SPARK_CONF_DIR`` whose defaults add an uncompressed event log in ``events`` to what a submission sets
+    (pass it in the submission's environment): what the faults and the bench read back with :func:`events_of`."""
+    where.mkdir(parents=True, exist_ok=True)
+    events.mkdir(parents=True, exist_ok=True)
+    (where / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir {events.as_uri()}\n"
+                                               "spark.eventLog.compress false\n")
+    return where
+
+
+def events_of(events: Path):
+    """The events of every application logged in ``events``, each a dict, in order."""
+    for f in sorted(events.rglob("events*")):
+        for line in f.read_text().splitlines():
+            yield json.loads(line)
