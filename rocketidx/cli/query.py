@@ -18,7 +18,6 @@ def cmd_query(a) -> int:
     import pyarrow as pa
 
     from rocketidx.query.lookup import message_has_key, open_index, query_offsets, read_messages_at
-    from rocketidx.units import parse_count, parse_time_ms
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
@@ -35,29 +34,15 @@ def cmd_query(a) -> int:
     if (a.show or a.exact) and commitlog is None:
         print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
         return 2
+    # Every line is checked before the index is opened: a bad line 900 is not found after 899 answers.
+    queries = read_key_queries(a.queries, a) if a.queries else [
+        {"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max}]
     files = open_index(index, a.hash_slots, a.index_num)
     if not files:
         raise StoreLayoutError(storage.redact(index), "no IndexFiles found")
-    if a.queries:
-        queries = []
-        with open(a.queries) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        queries.append(json.loads(line))
-                    except ValueError as e:
-                        raise RocketIdxError(f"{a.queries} line {n}: not JSON: {e}") from e
-    elif a.topic is not None and a.key is not None:
-        queries = [{"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max}]
-    else:
-        print("rocketidx query: give --topic and --key, or --queries FILE", file=sys.stderr)
-        return 2
     for q in queries:
-        # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
-        begin = parse_time_ms(q.get("begin", a.begin), f"{a.queries}: begin")
-        end = parse_time_ms(q.get("end", a.end), f"{a.queries}: end")
-        max_num = min(parse_count(q.get("maxNum", a.max), f"{a.queries}: maxNum", minimum=1),
-                      L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
+        begin, end = q["begin"], q["end"]
+        max_num = min(q["maxNum"], L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
         offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
         table = None
         if a.show or a.exact:
@@ -74,6 +59,32 @@ def cmd_query(a) -> int:
             print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
                               "offsets": offsets}, ensure_ascii=False))
     return 0
+
+
+def read_key_queries(path: str, a) -> list[dict]:
+    """``--queries FILE``: one JSON object per line with ``topic`` and ``key`` (strings) and optional
+    ``begin``, ``end`` (spelled as the flags are: epoch ms or ISO-8601) and ``maxNum``; the flags give what a
+    line leaves out. A line that is not such an object is a :class:`RocketIdxError` naming the file and line."""
+    from rocketidx.units import parse_count, parse_time_ms
+    queries = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path} line {n}"
+            try:
+                q = json.loads(line)
+            except ValueError as e:
+                raise RocketIdxError(f"{where}: not JSON: {e}") from e
+            if not isinstance(q, dict) or not all(isinstance(q.get(k), str) for k in ("topic", "key")):
+                raise RocketIdxError(f"{where}: not a lookup: expected an object with string topic and key "
+                                     f"(and optional begin, end, maxNum), got {line.strip()[:80]}")
+            # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
+            queries.append({"topic": q["topic"], "key": q["key"],
+                            "begin": parse_time_ms(q.get("begin", a.begin), f"{where}: begin"),
+                            "end": parse_time_ms(q.get("end", a.end), f"{where}: end"),
+                            "maxNum": parse_count(q.get("maxNum", a.max), f"{where}: maxNum", minimum=1)})
+    return queries
 
 
 def _host(addr, port) -> str:

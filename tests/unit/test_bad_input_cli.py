@@ -86,6 +86,24 @@ def test_query_arguments_that_cannot_apply_are_rejected(built, capsys, args, say
     assert says in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("line, says", [
+    ('{"topic": "Topic0"}', "not a lookup"),  # no key: was a KeyError traceback
+    ("[1, 2]", "not a lookup"),  # not an object: was an AttributeError traceback
+    ('{"topic": 5, "key": "k"}', "not a lookup"),  # a number is not a topic
+    ("not json", "not JSON"),
+    ('{"topic": "Topic0", "key": "k", "begin": "yesterday"}', "begin='yesterday'"),
+    ('{"topic": "Topic0", "key": "k", "maxNum": 0}', "maxNum=0"),
+])
+def test_a_bad_line_of_a_queries_file_is_one_line_naming_the_file_and_line(built, tmp_path, capsys, line, says):
+    """Issue 31 item 6: as ``query --consumequeue --queries`` does, exit 2 and one line, before any answer."""
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"topic": "Topic0", "key": "K1"}\n\n' + line + "\n")
+    assert main(["query", "--index", str(built / "out"), "--queries", str(queries)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith(f"rocketidx query: ") and f"{queries} line 3: " in err and says in err, err
+
+
 def test_gen_with_a_tiny_segment_is_a_clear_error(tmp_path, capsys):
     assert main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", "--segment-bytes", "100"]) == 2
     assert "segment_bytes" in capsys.readouterr().err
