@@ -15,10 +15,12 @@ from __future__ import annotations
 
 from importlib import import_module
 
+# Each name and the module under rocketidx.spark that defines it (tests/unit/test_public_api.py resolves them all).
 _WHERE = {
-    "build_index_spark": "pipeline",
+    "build_index_spark": "build",
     "SparkSettings": "session", "get_session": "session", "load_spark_settings": "session",
-    "SOURCE_NAME": "source", "CommitLogDataSource": "source", "read_messages": "source", "register": "source",
+    "SOURCE_NAME": "sources.commitlog", "CommitLogDataSource": "sources.commitlog",
+    "read_messages": "sources.commitlog", "register": "sources.commitlog",
     "verify_index_spark": "verify", "run_backfill_spark": "backfill",
 }
 
