@@ -151,6 +151,14 @@ def time_arg(option: str) -> Callable[[str], int]:
     return arg(parse_time_ms, option)
 
 
+def format_duration(ms: int) -> str:
+    """Milliseconds as :func:`parse_duration_ms` reads them, in the largest whole unit: 1h, 10m, 90s, 250ms."""
+    if not ms:
+        return "0"
+    unit, size = next((u, n) for u, n in sorted(_UNIT_MS.items(), key=lambda x: -x[1]) if u and int(ms) % n == 0)
+    return f"{int(ms) // size}{unit}"
+
+
 def format_utc(ms: int, iso: bool = False) -> str:
     """Epoch milliseconds as a UTC date-time (``iso``: ISO-8601 with milliseconds), or the bare number
     when no calendar date holds it: store times come from bytes that may be damaged, and printing them

@@ -22,7 +22,7 @@ import math
 import sys
 
 from rocketidx.errors import RocketIdxError
-from rocketidx.units import count_arg, duration_arg, format_utc
+from rocketidx.units import count_arg, duration_arg, format_duration, format_utc
 
 QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
 
@@ -43,7 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
     p.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     p.add_argument("--bucket", type=duration_arg("--bucket", 1), default=None,
-                   help="time bucket, e.g. 10m or 1h (default: ~96 buckets over the index's span)")
+                   help="time bucket, e.g. 10m or 1h, and the traffic per bucket in the text too (default: ~96 "
+                        "buckets over the index's span, in --json only)")
     p.add_argument("--top", type=count_arg("--top", 1), default=10,
                    help="longest chains and hot keys to list (default 10)")
     p.add_argument("--target-chain", type=float, default=1.5,
@@ -99,7 +100,7 @@ def _run(a) -> int:
         print(json.dumps({"summary": summary, **{k: _records(v) for k, v in tables.items()},
                           "engine": engine.as_dict()}, default=_plain))
     else:
-        print_stats(summary, tables)
+        print_stats(summary, tables, buckets=a.bucket is not None)
         print(f"\nengine: {engine.name} ({engine.reason})")
     return 0
 
@@ -191,7 +192,9 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
     return "\n".join([line([h for _, h, _ in columns])] + [line(c) for c in cells])
 
 
-def print_stats(summary: dict, tables: dict, out=None) -> None:
+def print_stats(summary: dict, tables: dict, out=None, *, buckets: bool = False) -> None:
+    """The tables as text. ``buckets``: the traffic per time bucket too (``--bucket`` asks for it; the
+    default's ~96 rows would bury the rest, and ``--json`` always has them)."""
     out = out or sys.stdout
     p = lambda *args: print(*args, file=out)  # noqa: E731
     s = summary
@@ -216,6 +219,9 @@ def print_stats(summary: dict, tables: dict, out=None) -> None:
                             ("load_factor", "load", "f3"), ("mean_chain", "mean chain", "f2"),
                             ("p99_chain", "p99", "i"), ("max_chain", "max", "i"),
                             ("distinct_hashes", "key hashes", "i"), ("disk_bytes", "on disk", "B")]),
+        ("buckets", f"Traffic per {format_duration(s['bucket_ms'])} bucket (from the items' times)",
+         [("bucket_start_ms", "bucket (UTC)", "t"), ("entries", "entries", "i"), ("messages", "messages", "i"),
+          ("keys_per_message", "keys/msg", "f2")]),
         ("chains", "Chain lengths (slots per length, all files)", None),
         ("longest_chains", "Longest chains", [("name", "file", "s"), ("slot", "slot", "i"), ("length", "length", "i"),
                                               ("distinct_hashes", "key hashes", "i"), ("head_item", "head item", "i")]),
@@ -236,7 +242,7 @@ def print_stats(summary: dict, tables: dict, out=None) -> None:
     ]
     for name, title, columns in sections:
         df = tables.get(name)
-        if df is None:
+        if df is None or (name == "buckets" and not buckets):
             continue
         p("")
         p(f"{title}:")

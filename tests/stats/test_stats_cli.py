@@ -54,6 +54,23 @@ def test_format_table_aligns_and_formats():
                                  "bb        -  100.0%                    -"]
 
 
+def test_bucket_shows_the_traffic_per_bucket_in_the_text_as_in_json(small_store, capsys):
+    """Issue 31 item 9: ``--bucket 1h`` printed the same text as without it; the table was in --json only.
+    The text table has --json's rows; without --bucket the ~96 default rows stay out of the text."""
+    _, out = small_store
+    assert run(["stats", "--index", str(out), "--in-process", "--bucket", "1h", "--json"]) == 0
+    buckets = json.loads(capsys.readouterr().out)["buckets"]
+    assert run(["stats", "--index", str(out), "--in-process", "--bucket", "1h"]) == 0
+    text = capsys.readouterr().out
+    assert "Traffic per 1h bucket" in text
+    table = text.split("Traffic per 1h bucket")[1].split("\n\n")[0].splitlines()[2:]
+    assert len(buckets) >= 2 and len(table) == len(buckets)
+    for row, b in zip(table, buckets):
+        assert row.split()[2:4] == [f"{b['entries']:,}", f"{b['messages']:,}"], row
+    assert run(["stats", "--index", str(out), "--in-process"]) == 0
+    assert "Traffic per" not in capsys.readouterr().out
+
+
 @pytest.mark.spark
 def test_json_and_tables(spark, small_store, capsys):
     _, out = small_store

@@ -12,7 +12,8 @@ from rocketidx.config import load_config
 from rocketidx.errors import ConfigError
 from rocketidx.spark.session import load_spark_settings
 from rocketidx.spark.sources.commitlog import SourceOptions
-from rocketidx.units import parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms, size_arg, time_arg
+from rocketidx.units import (format_duration, parse_bool, parse_count, parse_duration_ms, parse_size, parse_time_ms,
+                             size_arg, time_arg)
 
 
 @pytest.mark.parametrize("text, value", [
@@ -81,3 +82,10 @@ def test_gen_with_a_segment_too_small_exits_2_naming_the_setting(tmp_path, capsy
     rc = cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", "--segment-bytes", "100"])
     err = capsys.readouterr().err
     assert rc == 2 and "segment_bytes" in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_duration_is_printed_as_it_is_written():
+    """``stats --bucket``'s table heading says the bucket as the flag spells it (issue 31 item 9)."""
+    for text in ("1h", "10m", "90s", "250ms", "2d", "0"):
+        assert format_duration(parse_duration_ms(text)) == text
+    assert format_duration(5_400_000) == "90m" and format_duration(3_600_001) == "3600001ms"
