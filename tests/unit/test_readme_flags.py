@@ -244,6 +244,27 @@ def test_the_readme_is_one_page_with_an_example_per_command_and_a_link_to_every_
     assert codes - {"code", "---"} == EXIT_CODES
 
 
+@pytest.mark.slow
+def test_the_readme_query_example_finds_messages_in_the_sample_make_run_makes(tmp_path, monkeypatch, capsys):
+    """Issue 31 item 10: README's build and query examples, run as written (relative paths) on the sample
+    `make run` generates (`rocketidx demo`: 300,000 messages from seed 1), find the key's messages; the
+    example's `--key K1` found none on Topic0."""
+    readme = [c for b in shell_blocks(read_markdown(README)[0]) for line in logical_lines(b.text)
+              for c in parse_command(line) if c.program == "rocketidx"]
+    build = next(c for c in readme if c.args[0] == "build" and "sample/store" in c.args and "--targets" not in c.args)
+    query = next(c for c in readme if c.args[0] == "query")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["demo", "--dir", "sample", "--in-process"]) == 0
+    assert cli.main(list(build.args)) == 0
+    capsys.readouterr()
+    assert cli.main(list(query.args)) == 0
+    out = capsys.readouterr().out
+    key = query.args[query.args.index("--key") + 1]
+    found = int(re.match(r"^\S+#\S+: (\d+) message\(s\)", out).group(1))
+    carrying = [line for line in out.splitlines() if line.strip().startswith("keys ") and key in line.split("'")[1].split()]
+    assert found > 0 and len(carrying) == found, out
+
+
 def slugs(path: Path) -> set[str]:
     """The anchors GitHub gives the headings of a page: lower case, punctuation dropped, spaces to
     hyphens, a repeated one numbered (``-1``, ``-2``)."""
