@@ -1,31 +1,40 @@
-"""rocketidx: rebuild, look up, verify and inspect Apache RocketMQ's IndexFiles from CommitLog segments.
+"""rocketidx: rebuild, look up, verify and inspect Apache RocketMQ's IndexFiles and ConsumeQueues from
+CommitLog segments, and repair a stopped broker's store.
 
 What notebooks and scripts use::
 
-    from rocketidx import build_index, open_index, verify_index, index_stats
+    from rocketidx import build_index, open_index, query_key, verify_index, index_stats
 
     manifest, summary = build_index("store/commitlog", "out")   # in this process
     files = open_index("out")                                   # oldest first
+    offsets = query_key(files, "Topic0", "K1")                  # queryMsgByKey's offsets, newest first
     report = verify_index(files, "store/commitlog")             # .clean, .problems
     stats = index_stats("out", "store/commitlog")               # in process or on Spark, by size
 
+ConsumeQueues: ``build_index(..., BuildConfig(targets="consumequeue"))`` (or ``"index,consumequeue"``), then
+:func:`open_consumequeues` and :func:`query_queue`. A stopped broker's store: :func:`verify_store` (every
+area against the CommitLog, and what a restart would do) and :func:`repair_store` (``backfill --store``).
+
 Each name is loaded on first use, so ``import rocketidx`` stays cheap and never loads pyspark; the
 Spark engine is imported only when ``index_stats`` picks it. The package's folders follow the data:
-``commitlog/`` (segments -> records -> entries) -> ``index/`` (windows -> IndexFiles) -> ``output/``
-(versioned, atomically committed) -> ``build/``; then ``query/``, ``verify/``, ``stats/``, ``backfill/``,
-``spark/`` and ``cli/`` (docs/internals.md).
+``commitlog/`` (segments -> records -> entries) -> ``index/`` (windows -> IndexFiles) and ``consumequeue/``
+-> ``output/`` (versioned, atomically committed) -> ``build/``; then ``query/``, ``verify/``, ``stats/``,
+``backfill/``, ``spark/`` and ``cli/`` (docs/internals.md).
 """
 from __future__ import annotations
 
 import os
 from importlib import import_module
 
-__all__ = ["build_index", "open_index", "verify_index", "index_stats", "BuildConfig", "RocketIdxError"]
+__all__ = ["build_index", "open_index", "query_key", "verify_index", "index_stats", "open_consumequeues",
+           "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError"]
 
+# Names defined elsewhere, with the module that defines them; the others are the small wrappers below.
 _LAZY = {
     "build_index": "rocketidx.build.local",
     "open_index": "rocketidx.query.lookup",
     "verify_index": "rocketidx.verify.core",
+    "open_consumequeues": "rocketidx.output.open",
     "BuildConfig": "rocketidx.config",
     "RocketIdxError": "rocketidx.errors",
 }
@@ -69,3 +78,64 @@ def index_stats(index_dir: str | os.PathLike, commitlog: str | os.PathLike | Non
         spark = get_session(master=master)
     from rocketidx.spark.stats import index_stats as on_spark
     return on_spark(spark, index_dir, commitlog, **options)
+
+
+def query_key(index, topic: str, key: str, *, begin: int = 0, end: int = 2**63 - 1, max_num: int | None = None,
+              commitlog: str | os.PathLike | None = None, hash_slot_num: int | None = None,
+              index_num: int | None = None) -> list[int]:
+    """The CommitLog offsets a broker's ``queryMsgByKey`` finds for ``key`` of ``topic`` (its
+    ``IndexService.queryOffset``): newest first, at most ``max_num`` (by default and at most the broker's
+    ``maxMsgsNumBatch``, 64), stored between ``begin`` and ``end`` (epoch ms).
+
+    ``index``: what :func:`open_index` opens (a build output, its ``index/``, a broker's ``store/index``; a
+    path or a URI) or the list it returned. Keys with equal hashes come back too, as from the broker; with
+    ``commitlog``, offsets whose message does not carry the key are dropped (``query --exact``).
+    """
+    import rocketidx.layout as L
+    from rocketidx.query.lookup import open_index, query_offsets, query_offsets_exact
+    max_num = L.DEFAULT_MAX_MSGS_NUM_BATCH if max_num is None else max_num
+    files = open_index(index, hash_slot_num, index_num) if isinstance(index, (str, os.PathLike)) else index
+    if commitlog is None:
+        return query_offsets(files, topic, key, begin, end, max_num)
+    return query_offsets_exact(files, commitlog, topic, key, begin, end, max_num)
+
+
+def query_queue(queues, topic: str, queue_id: int, queue_offset: int, *,
+                commitlog: str | os.PathLike | None = None) -> tuple[int, int, int] | None:
+    """A restarted broker's ``ConsumeQueue.get(queueOffset)``: the slot's ``(phy_offset, size, tags_code)``,
+    or None where the broker has no entry (below the queue's minimum, past its end, no such queue).
+
+    ``queues``: what :func:`open_consumequeues` returned, or what it opens (a build output with ConsumeQueues,
+    a broker store, or a bare ``consumequeue`` directory with ``commitlog``, whose first offset decides the
+    queues' minimum).
+    """
+    if isinstance(queues, (str, os.PathLike)):
+        from rocketidx.output.open import open_consumequeues
+        queues = open_consumequeues(queues, commitlog)
+    return queues.get(topic, queue_id, queue_offset)
+
+
+def verify_store(store: str | os.PathLike, **options):
+    """``verify --store``: check a stopped broker's store (``index/``, ``consumequeue/``, ``checkpoint``)
+    against its ``commitlog/``, in this process. Returns a report: ``.clean``, ``.areas`` (a verify report
+    per area: ``.problems``, ``.counts``), ``.state`` (abort, lock, checkpoint, where a restart resumes),
+    ``.restart`` (what a restart does about each kind of problem) and ``.as_dict()`` (``--json``).
+
+    ``options``: as :func:`rocketidx.verify.store.verify_store` takes them (``hash_slot_num``, ``index_num``,
+    ``check_crc``, ...). Details: docs/verify.md.
+    """
+    from rocketidx.verify.store import verify_store as check
+    return check(store, **options)
+
+
+def repair_store(store: str | os.PathLike, **options):
+    """``backfill --store``: repair a stopped broker's index and ConsumeQueues from one read of its CommitLog,
+    under the broker's lock, with a backup of every file replaced or removed and a journal an interrupted
+    repair is rolled back from. ``dry_run=True`` plans and changes nothing. Returns what was planned and
+    done (``.queues``, ``.index``: each part's plan, files installed, backup directory).
+
+    ``options``: as :func:`rocketidx.backfill.repair.repair_store` takes them (``targets``, ``dry_run``,
+    sizes, ``log`` for the progress lines, print by default). Details: docs/backfill.md.
+    """
+    from rocketidx.backfill.repair import repair_store as repair
+    return repair(store, **options)
