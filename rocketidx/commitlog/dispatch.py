@@ -5,7 +5,7 @@ the broker's delay table. Out: :class:`Dispatched`: for each record that makes a
 (topic as Java decodes it, QUEUEID), its QUEUEOFFSET, and the entry's three fields: the stored
 PHYSICALOFFSET, TOTALSIZE and tagsCode.
 
-Stays true (``../shared/spec/consume-queue.md`` §3-4):
+Stays true (docs/formats.md, "ConsumeQueue entries": which records make an entry, and its fields):
 * only transaction types NOT_TYPE (0) and COMMIT (8) make an entry; no other sysFlag bit matters;
 * tagsCode is Java ``String.hashCode`` of TAGS (as ``string2messageProperties`` gives it; none: 0),
   sign-extended; on ``SCHEDULE_TOPIC_XXXX`` a DELAY level > 0 (``Integer.parseInt``, capped at the

@@ -3,7 +3,7 @@
 ``CommitLog.checkMessageAndReturnSize`` parses a DELAY property on ``SCHEDULE_TOPIC_XXXX`` with
 ``Integer.parseInt`` and, when both are present, INNER_BASE with ``Long.parseLong`` and INNER_NUM with
 ``Short.parseShort``; an exception makes the record invalid and ends reading there, as a bad CRC does
-(``../shared/spec/consume-queue.md`` §2). :func:`java_parse_integer` is Java's rule; :func:`first_thrown`
+(docs/formats.md, "Reading the CommitLog"). :func:`java_parse_integer` is Java's rule; :func:`first_thrown`
 finds the first record of a batch where it throws. The compiled kernel accepts plain ASCII values itself
 and hands any other record here, so this is the one place the rule lives.
 """

@@ -4,7 +4,7 @@ In: a queue's :class:`QueueState` and its next records in CommitLog order (QUEUE
 PHYSICALOFFSET, TOTALSIZE). Out: :class:`Placed`: which of them are appended (each at the queue's write
 position, one slot after the other), the blank slots filled before the first one, and the state after.
 
-Stays true (``../shared/spec/consume-queue.md`` §5), for each record in order:
+Stays true (docs/formats.md, "ConsumeQueue entries", Where an entry lands), for each record in order:
 1. ``phy + size <= maxPhysicOffset``: no entry;
 2. the queue's last file takes it: the first file is created at ``q*20 - (q*20 % fileSize)``, a full last
    file is followed by the next (even when step 4 then drops the record);

@@ -67,7 +67,7 @@ class SplitQueues:
     def __init__(self, split: int):
         self.split = split
         self.parts: dict[tuple[str, int], list[np.ndarray]] = {}
-        self.negative = 0  # QUEUEOFFSET < 0: no entry, counted (spec §5)
+        self.negative = 0  # QUEUEOFFSET < 0: no entry, counted (docs/formats.md, where an entry lands)
         self.bad_topic: BadTopic | None = None
 
     def add(self, seg: Segment, d: Dispatched) -> None:

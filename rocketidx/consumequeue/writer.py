@@ -105,7 +105,8 @@ class ConsumeQueueWriter:
         self.directory, self.file_size = directory, file_size
         self.queues: dict[tuple[str, int], _Queue] = {}
         # What the rules dropped, and the records outside the contract: a negative QUEUEOFFSET would name a
-        # file by a negative offset in the broker; it is skipped here and counted (spec §5).
+        # file by a negative offset in the broker; it is skipped here and counted (docs/formats.md,
+        # "ConsumeQueue entries").
         self.dropped = {"repeated": 0, "below_max_physic_offset": 0, "negative_queue_offset": 0}
         self.gaps = 0
 
