@@ -25,7 +25,8 @@ import pyarrow as pa
 from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
 from rocketidx.build.queues import build_queues, place_queues
 from rocketidx.build.results import TaskResult, ranges_of
-from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log, time_index_dir
+from rocketidx.build.finish import (covered_bytes, finish_build, keep_task_time_index, refuse_invalid_log,
+                                    time_index_dir)
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
@@ -87,7 +88,9 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
                 if config.consumequeue else None
             windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress, queues),
                                          os.path.join(staging.path, INDEX_DIR), sizes, max_open=4))
-            summary.bytes_read = summary.bytes_scanned = reader.bytes_read
+            # From start_offset on, as the Spark build of the same range counts them (finish.covered_bytes).
+            summary.bytes_read = summary.bytes_scanned = covered_bytes([s.as_dict() for s in reader.stops],
+                                                                       start_offset, None)
             stop = reader.stop.as_dict() if reader.stop else None
             refuse_invalid_log(segments, stop, start_offset)
             files = [f for w in windows for f in w.files]
@@ -197,8 +200,8 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                     ([], resolve_stops(plan.skipped), 0)
                 if ran is None:
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
-            # A range's queues: what a broker fed only this range writes (spec §5); with the index, from the
-            # same read.
+            # A range's queues: what a broker fed only this range writes (docs/formats.md, where an entry lands:
+            # step 3 blank-fills each first file); with the index, from the same read.
             queues = None
             if config.consumequeue and ran is not None:
                 results, resolved, _ = ran

@@ -113,7 +113,7 @@ def run_build(a: argparse.Namespace) -> int:
                               driver_peak_rss_mb=rss_mb, spark=spark_stats, unread_bytes=left_bytes,
                               unread_segments=left_segments, settings_from=settings_from)))
     else:
-        print_summary(summary)
+        print_summary(summary, cfg.targets, left_bytes)
         if getattr(a, "broker_conf", None):
             print("settings: " + ", ".join(f"{k} {getattr(cfg, k)!r} from {v}" for k, v in settings_from.items()))
         print(f"engine: {engine.name} ({engine.reason})")
@@ -243,22 +243,39 @@ def print_spark_figures(st: dict, wall: float) -> None:
           + f" (Python CPU in tasks {st.get('python_cpu_s', 0):.1f}s)")
 
 
-def print_summary(s) -> None:
+def print_summary(s, targets: tuple[str, ...] = ("index",), unread_bytes: int = 0) -> None:
+    """The build's summary in a few lines: the counters of what it built (``targets``: a queue-only build
+    has no IndexFile counters to show), the bytes read, and where reading ended (``unread_bytes``: what an
+    early stop left, :func:`rocketidx.build.summary.unread`)."""
     mb = (s.bytes_scanned or s.bytes_read) / 1e6
-    rate = f"{mb / s.wall_s:.0f} MB/s, {s.entries / s.wall_s / 1e6:.2f} M entries/s" if s.wall_s else ""
-    print(f"segments {s.segments}  bytes {s.bytes_read:,}  messages {s.messages:,}  entries {s.entries:,}  "
-          f"windows {s.windows}  files {s.files}  wall {s.wall_s:.2f}s  {rate}")
+    cq = s.consumequeue
+    index = "index" in targets or not cq
+    entries, what = (s.entries, "entries") if index else (cq["entries"], "queue entries")
+    rate = f"{mb / s.wall_s:.0f} MB/s, {entries / s.wall_s / 1e6:.2f} M {what}/s" if s.wall_s else ""
+    counters = f"entries {s.entries:,}  windows {s.windows}  files {s.files}  " if index else ""
+    print(f"segments {s.segments}  bytes {s.bytes_read:,}  messages {s.messages:,}  {counters}"
+          f"wall {s.wall_s:.2f}s  {rate}")
     if s.time_index is not None or (s.bytes_scanned and s.bytes_scanned < s.bytes_read):
-        print(f"read {s.bytes_scanned:,} of the log's {s.bytes_read:,} bytes"
+        print(f"read {s.bytes_scanned:,} of these {s.bytes_read:,} bytes"
               + (f" (time index: {s.time_index})" if s.time_index else ""))
-    if s.consumequeue:
-        cq = s.consumequeue
+    if cq:
         print(f"consumequeues: {len(cq['queues'])} queues, {cq['files']} files of {cq['file_size']:,} bytes, "
               f"{cq['entries']:,} entries" + (f"; dropped by the broker's rules: {cq['dropped']}"
                                                 if any(cq["dropped"].values()) else ""))
     if s.stop:
-        print(f"reading stopped: {s.stop['segment']} + {s.stop['segment_offset']} "
-              f"(offset {s.stop['phy_offset']}): {s.stop['reason']}")
+        print(reading_ended(s.stop, unread_bytes))
+
+
+def reading_ended(stop: dict, unread_bytes: int) -> str:
+    """Where reading ended, in words: the end of the log (the newest segment's zero tail, its last record,
+    or a blank record padding it: the normal end), the end of an offset range, or an early stop, which
+    leaves bytes unread as the broker's recovery would (and a warning on stderr says so)."""
+    where = f"{stop['segment']} + {stop['segment_offset']} (offset {stop['phy_offset']})"
+    if stop["kind"] == "range_end":
+        return f"read to the end of the range: its last record ends at {where}"
+    if stop["kind"] == "corrupt" or unread_bytes:
+        return f"reading stopped early at {where}: {stop['reason']}"
+    return f"read to the end of the log at {where}: {stop['reason']}"
 
 
 def add_parser(sub) -> None:

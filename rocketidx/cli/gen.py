@@ -38,6 +38,7 @@ def cmd_demo(a) -> int:
     from pathlib import Path
 
     from rocketidx.build.local import build_index
+    from rocketidx.build.summary import unread
     from rocketidx.config import BuildConfig
     from rocketidx.commitlog.generate import GenConfig, generate_store
     from rocketidx.commitlog.readers import read_segment
@@ -55,7 +56,7 @@ def cmd_demo(a) -> int:
     config = BuildConfig(timezone="UTC")
     print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
     manifest, summary = build_index(store, out, config)
-    print_summary(summary)
+    print_summary(summary, unread_bytes=unread(list_segments(store), summary.stop)[0])
     if not a.in_process:
         _demo_on_spark(a, store, root / "out-spark", config, summary)
     print(f"files: {', '.join(f['name'] for f in manifest['files'])}")

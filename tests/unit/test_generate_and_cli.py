@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,56 @@ def test_build_of_a_generated_store_indexes_every_message(store, tmp_path, capsy
     manifest = json.loads((tmp_path / "out" / "_manifest.json").read_text())
     assert sum(f["index_count"] - 1 for f in manifest["files"]) == len(expected)
     assert manifest["entries"] == len(expected) and manifest["messages"] == 600
+
+
+# --- what the build's summary says (issue 31 items 11, 12, 22) ---------------------------------------------
+
+SMALL = ["--hash-slots", 101, "--index-num", 200, "--timezone", "UTC", "--in-process"]
+
+
+@pytest.mark.parametrize("lo, hi", [(16384 + 3000, 16384 + 9000), (16384 + 5000, 3 * 16384 + 7000)])
+def test_a_range_build_reports_the_bytes_of_its_range_not_of_its_segments(store, tmp_path, capsys, lo, hi):
+    """Item 11: a range build said "bytes 12,891,238 ... read 10,000,000 of the log's 12,891,238 bytes": the
+    bytes from its first segment's start. Its bytes are the range's, in each segment up to where reading
+    ended there (a blank record pads the rest), by the independent walker."""
+    covered = sum(max(0, min(int(name) + end, hi) - max(int(name), lo)) for name, _, end, _ in walk_store(store))
+    assert covered == hi - lo or lo // 16384 != hi // 16384
+    rc, out, err = run(capsys, "build", "--commitlog", store, "--out", tmp_path / "o", "--from-offset", lo,
+                       "--to-offset", hi, *SMALL)
+    assert rc == 0, err
+    assert f"  bytes {covered:,}  " in out.splitlines()[0] and " of these " not in out, out
+    assert json.loads((tmp_path / "o" / "_manifest.json").read_text())["bytes_read"] == covered
+    rc, out, err = run(capsys, "build", "--commitlog", store, "--out", tmp_path / "o", "--from-offset", lo,
+                       "--to-offset", hi, *SMALL, "--json")
+    assert (json.loads(out)["bytes_read"], json.loads(out)["bytes_scanned"]) == (covered, covered)
+
+
+def test_a_queue_only_build_prints_the_queue_counters_not_the_index_zeros(store, tmp_path, capsys):
+    """Item 12: ``--targets consumequeue`` printed ``entries 0  windows 0  files 0 ... 0.00 M entries/s``."""
+    rc, out, err = run(capsys, "build", "--commitlog", store, "--out", tmp_path / "o", "--targets", "consumequeue",
+                       *SMALL)
+    assert rc == 0, err
+    first, queues = out.splitlines()[:2]
+    cq = json.loads((tmp_path / "o" / "_manifest.json").read_text())["consumequeues"]
+    assert "entries 0" not in first and "windows" not in first and "M queue entries/s" in first, first
+    assert queues.startswith(f"consumequeues: {len(cq['queues'])} queues") and f"{cq['entries']:,} entries" in queues
+
+
+def test_a_whole_build_says_it_read_to_the_end_of_the_log_and_an_early_stop_says_early(store, tmp_path, capsys):
+    """Item 22: a normal build ended with ``reading stopped: ... end of data (zero TOTALSIZE, zero tail)``,
+    which reads like an error. A zero TOTALSIZE before the newest segment is a real early stop."""
+    name, _, end, _ = walk_store(store)[-1]
+    rc, out, err = run(capsys, "build", "--commitlog", store, "--out", tmp_path / "o", *SMALL)
+    assert rc == 0 and err == "", err
+    assert f"read to the end of the log at {name} + {end} (offset {int(name) + end}): " in out
+    assert "reading stopped" not in out
+    damaged = tmp_path / "damaged"
+    shutil.copytree(store, damaged)
+    second = segment_files(damaged)[1]
+    second.write_bytes(bytes(4) + second.read_bytes()[4:])  # TOTALSIZE 0 at the start of the second segment
+    rc, out, err = run(capsys, "build", "--commitlog", damaged, "--out", tmp_path / "o2", *SMALL)
+    assert rc == 0 and f"reading stopped early at {second.name} + 0 " in out and "reading stopped early" in err
+    assert "end of the log" not in out
 
 
 def test_manifest_has_the_documented_fields(store, tmp_path):
