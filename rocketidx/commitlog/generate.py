@@ -50,6 +50,8 @@ class GenConfig:
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
             raise ConfigError("segment_bytes", self.segment_bytes, "must be at least 4096")
+        if self.topics < 1:  # was taken as 1 without a word
+            raise ConfigError("topics", self.topics, "must be at least 1")
         if self.queues < 1:
             raise ConfigError("queues", self.queues, "must be at least 1")
         if self.clock_steps < 0 or self.clock_back_ms < 0:
@@ -72,7 +74,7 @@ def same_store(marker: Path, cfg: GenConfig) -> bool:
 
 
 def _topics(cfg: GenConfig) -> list[bytes]:
-    names = [f"Topic{i}" for i in range(max(1, cfg.topics))]
+    names = [f"Topic{i}" for i in range(cfg.topics)]
     return [n.encode() for n in names]
 
 

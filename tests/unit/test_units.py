@@ -78,6 +78,15 @@ def test_conf_window_and_flag_window_agree(tmp_path):
     assert load_config(conf).window_ms == 900_000
 
 
+@pytest.mark.parametrize("flag", ["--topics", "--queues"])
+def test_gen_with_no_topic_or_no_queue_exits_2_naming_the_setting(tmp_path, capsys, flag):
+    """Issue 31 item 21: ``--topics 0`` was taken as one topic, while ``--queues 0`` was refused."""
+    rc = cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", flag, "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{flag[2:]}=0: must be at least 1" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "s").exists()
+
+
 def test_gen_with_a_segment_too_small_exits_2_naming_the_setting(tmp_path, capsys):
     rc = cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "10", "--segment-bytes", "100"])
     err = capsys.readouterr().err
