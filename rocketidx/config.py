@@ -113,6 +113,11 @@ def project_conf(name: str) -> str | None:
 # the file, the file over the defaults; every other key is the broker's business.
 
 BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum")
+# What a restart re-dispatches depends on these too (``verify --store``, rocketidx.verify.restart). The broker
+# reads a boolean with Boolean.parseBoolean (``true`` in any case is true, anything else false) and
+# flushDiskType with FlushDiskType.valueOf.
+BROKER_SWITCHES = ("messageIndexEnable", "messageIndexSafe")
+FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 _DELAY_WORD = re.compile(r"^[0-9]+[smhd]$")
 
 
@@ -143,7 +148,11 @@ def read_properties(path: str | Path) -> dict[str, str]:
 def broker_settings(path: str | Path) -> dict[str, object]:
     """The keys of :data:`BROKER_KEYS` the file sets, parsed and checked (a value the broker would reject: an error)."""
     props = read_properties(path)
-    got: dict[str, object] = {}
+    got: dict[str, object] = {k: props[k].strip().lower() == "true" for k in BROKER_SWITCHES if k in props}
+    if "flushDiskType" in props:
+        got["flushDiskType"] = props["flushDiskType"].strip()
+        if got["flushDiskType"] not in FLUSH_DISK_TYPES:
+            raise ConfigError(f"{path}: flushDiskType", got["flushDiskType"], "the broker takes ASYNC_FLUSH or SYNC_FLUSH")
     for key in BROKER_KEYS:
         if key not in props:
             continue

@@ -170,7 +170,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
     # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
     report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True,
-                          open_start=True)
+                          open_start=True, gaps=False)  # the plan rebuilds from the last kept file's end itself
     bad_files = {}
     for p in report.problems:
         bad_files.setdefault(os.path.basename(p.file), p)
@@ -349,7 +349,9 @@ def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, sto
     files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
     files += [IndexFile(staging / INDEX_DIR / f.name, plan.hash_slot_num, plan.index_num, check=False)
               for f in new_files]
-    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept))
+    # A part of the sequence: the log before it is the kept files' business, not these.
+    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept),
+                                        gaps=False)
     if report.problems:
         p = report.problems[0]
         raise CorruptIndexError(p.file, p.offset, f"staged file failed verification, nothing installed: "

@@ -93,7 +93,9 @@ def _verify_store(a, broker: dict) -> int:
     delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
     cq_size = broker.get("mappedFileSizeConsumeQueue")
     kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, delays_ms=delays, check_crc=not a.no_crc,
-              cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE))
+              cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE), broker=broker,
+              broker_source=f"--broker-conf {a.broker_conf}" if a.broker_conf else None,
+              broker_version=a.broker_version)
     log = os.path.join(a.store, "commitlog")
     engine = choose_engine(data_bytes(list_segments(log)) if os.path.isdir(log) else 0, in_process=a.in_process,
                            master=a.master, break_even=spark_settings(a).break_even,
@@ -119,8 +121,14 @@ def _verify_store(a, broker: dict) -> int:
     print(f"store {report.store}: {'crashed (abort present)' if st['abort'] else 'stopped cleanly (no abort)'}; "
           f"lock {st['lock']}")
     print("checkpoint: " + ("missing" if cp is None else ", ".join(f"{k} {v}" for k, v in cp.items())))
-    print(f"a restart re-dispatches from offset {st['recovery_start']['offset']} "
-          f"({st['recovery_start']['how']})")
+    model = st["restart_model"]
+    print(f"a {model['kind']} restart ({model['version']} broker; settings: {model['switches']['source']}):")
+    for line in model["statements"]:
+        print(f"  {line['what']}  [{line['java']}]")
+    idx = model.get("index")
+    if idx and (idx["restored_entries"] or idx["lost_entries"]):
+        print(f"  the index lacks {idx['restored_entries'] + idx['lost_entries']:,} entries: the restart restores "
+              f"{idx['restored_entries']:,}, {idx['lost_entries']:,} stay lost")
     for area in ("index", "consumequeue", "checkpoint"):
         r = report.areas.get(area)
         if r is None:
@@ -166,6 +174,9 @@ def add_parser(sub) -> None:
                                           "consumequeue directory; the files alone, or with --commitlog every entry")
     v.add_argument("--store", help="a stopped broker's store: its index, every ConsumeQueue and its checkpoint "
                                    "against its commitlog/, with what a restart would do about each problem")
+    v.add_argument("--broker-version", default=None,
+                   help="with --store: the broker's RocketMQ release (e.g. 4.9.8, 5.3.2; default 5.x), for what a "
+                        "restart would dispatch again (docs/verify.md)")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
     v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
     v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)

@@ -4,7 +4,7 @@ In: a ``consumequeue`` directory (``<topic>/<queueId>/<20-digit files>``) and th
 (its first segment's base offset). Out: :class:`ConsumeQueues`: each queue's files, its slots after the
 broker's ``recover`` and ``correctMinOffset``, and :meth:`ConsumeQueues.get`.
 
-Stays true (``../shared/spec/consume-queue.md`` §6): the answer is the slot at ``queueOffset * 20``, or
+Stays true (docs/formats.md, "ConsumeQueue entries", Lookups): the answer is the slot at ``queueOffset * 20``, or
 None when the offset is negative, below the queue's minimum, at or past its last written slot, or the
 queue does not exist. The maximum is where ``recover`` stops (the first entry, from the third file before
 the last on, with a negative offset or a size <= 0); the minimum is ``correctMinOffset``'s, step by step,
@@ -33,6 +33,7 @@ class Queue:
     offsets: list[int]  # each file's fileFromOffset
     file_size: int
     max_offset: int = 0  # after recover: where the valid entries end
+    max_physic: int = -1  # after recover: offset + size of the last valid entry (maxPhysicOffset), -1 if none
     min_offset: int = 0  # after correctMinOffset
     _cache: dict = field(default_factory=dict, repr=False)
 
@@ -66,6 +67,9 @@ class Queue:
             u = self.units(base)
             bad = np.flatnonzero((u["phy_offset"] < 0) | (u["size"] <= 0))
             used = int(bad[0]) * UNIT if len(bad) else self.file_size
+            if used:
+                last = u[used // UNIT - 1]
+                self.max_physic = int(last["phy_offset"]) + int(last["size"])
             if used == self.file_size and index + 1 < len(self.offsets):
                 index += 1
                 continue

@@ -72,6 +72,7 @@ from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_
 import rocketidx.storage as storage
 from rocketidx.verify.content import CANDIDATE, ContentParams, EntryRows, Found, ItemRows, describe, judge_content
 from rocketidx.verify.core import BuildRead, check_structure, log_mismatch, verify_index
+from rocketidx.verify.coverage import add_gap_problems, log_gaps
 from rocketidx.verify.report import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, listing_order
 
 log = logging.getLogger(__name__)
@@ -276,7 +277,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                        check_crc: bool = True, open_end: bool = False, open_start: bool = False,
                        split_bytes: int = DEFAULT_SPLIT_BYTES, items_per_task: int = DEFAULT_ITEMS_PER_TASK,
                        hash_slot_num: int | None = None, index_num: int | None = None,
-                       rules: BuildRead | None = None) -> VerifyReport:
+                       rules: BuildRead | None = None, gaps: bool = True) -> VerifyReport:
     """:func:`rocketidx.verify.core.verify_index` on Spark: the same report, with bounded memory per task.
 
     ``files``: oldest first, :class:`IndexFile` values (``open_for_verify`` opens a directory and turns
@@ -305,10 +306,14 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     cores = spark.sparkContext.defaultParallelism
     by_file = _check_structure(spark, files, refs, items_per_task, report)
     nonempty = [by_file[i] for i in range(len(files)) if by_file[i]["items"] > 0]
-    if commitlog is None or not nonempty:
+    if commitlog is None:
+        return report
+    if not nonempty:
+        if gaps:  # the log outside the files is read in the driver, as in process (rocketidx.verify.coverage)
+            add_gap_problems(report, log_gaps(commitlog, None, rules, check_crc=check_crc))
         return report
     if rules.fields_out_of_place:
-        return _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules)
+        return _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules, gaps)
     lo = min(r["min_phy_offset"] for r in nonempty)
     hi = max(r["max_phy_offset"] for r in nonempty)
     report.covered_range = (lo, hi)
@@ -320,7 +325,7 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     with typed_task_errors():
         resolved = resolve_split_stops(spark, opts)
     if resolved.phy_mismatch:
-        return _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules)
+        return _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules, gaps)
     opts = replace(opts, skip_offsets=tuple(sorted(set(resolved.skip_intervals))),
                    whole_segments=resolved.whole_segments(opts.whole_segments))
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
@@ -338,6 +343,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
                                       read, lo, hi)
     report.expected_entries = expected
     _list_content(report, files, window_ids, totals, firsts)
+    if gaps:
+        add_gap_problems(report, log_gaps(commitlog, (lo, hi), rules, check_crc=check_crc))
     return report
 
 
@@ -393,10 +400,12 @@ def _found(rows, params: ContentParams, read, lo: int, hi: int):
     return expected, totals, firsts
 
 
-def _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules) -> VerifyReport:
+def _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules,
+                    gaps: bool = True) -> VerifyReport:
     log.warning("PHYSICALOFFSET fields out of place in %s: verifying in this process, in one held pass", commitlog)
     return verify_index(files, commitlog, window_ms=window_ms, window_ids=window_ids, check_crc=check_crc,
-                        open_end=open_end, open_start=open_start, rules=replace(rules, fields_out_of_place=True))
+                        open_end=open_end, open_start=open_start, rules=replace(rules, fields_out_of_place=True),
+                        gaps=gaps)
 
 
 def _check_structure(spark, files: list[IndexFile], refs: list[FileRef], items_per_task: int,

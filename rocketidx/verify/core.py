@@ -31,6 +31,7 @@ import rocketidx.layout as L
 from rocketidx.output.manifest import Manifest
 from rocketidx.output.open import open_index_dir
 import rocketidx.storage as storage
+from rocketidx.verify.coverage import GapTally, add_gap_problems, log_gaps
 from rocketidx.verify.content import ContentParams, EntryRows, Found, ItemRows, describe, judge_content
 from rocketidx.verify.report import (CROSS_FILE_KINDS, FileSummary, MAX_LISTED_PER_KIND, PER_FILE_KINDS, Problem, VerifyReport, listing_order)
 
@@ -206,8 +207,12 @@ class _Items:
 
 def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | None = None,
                  window_ids: list[int] | None = None, check_crc: bool = True, open_end: bool = False,
-                 open_start: bool = False, rules: BuildRead | None = None) -> VerifyReport:
+                 open_start: bool = False, rules: BuildRead | None = None, gaps: bool = True) -> VerifyReport:
     """Check ``files`` (oldest first); with ``commitlog``, check their content and coverage too.
+
+    ``gaps``: also read the log outside the files' offsets, and report the entries it implies there
+    (``uncovered``, :mod:`rocketidx.verify.coverage`: a build's whole range must be indexed); off where the
+    caller judges those stretches itself (``verify --store``, with what a restart restores).
 
     ``open_end``: the last indexed message may continue in a file that is not among ``files`` (a broker
     rolled over in the middle of its keys), so its missing entries are not problems; ``open_start``:
@@ -237,7 +242,11 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
             if len(arrays["phy"]):
                 spans[fi] = (len(arrays["phy"]), int(arrays["phy"].min()), int(arrays["phy"].max()))
         del arrays  # the content pass reads the items again, a chunk at a time
-    if commitlog is None or not spans:
+    if commitlog is None:
+        return report
+    if not spans:
+        if gaps:
+            add_gap_problems(report, log_gaps(commitlog, None, rules, check_crc=check_crc))
         return report
     lo = min(b for _, b, _ in spans.values())
     hi = max(e for _, _, e in spans.values())
@@ -259,11 +268,16 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
                 sink = None
         except _FieldsOutOfPlace:
             sink = None
+    held = None
     if rules.fields_out_of_place or sink is None:
         report.log_mismatch = None  # offsets are not positions here: the sample cannot judge (as on Spark)
         report.expected_entries = 0
-        sink = _judge_held(files, spans, commitlog, params, rules, check_crc, report)
+        held = GapTally(None)  # the held pass applies the broker's rules to the whole log: it finds the gaps too
+        sink = _judge_held(files, spans, commitlog, params, rules, check_crc, report, held)
     sink.flush(report, files)
+    if gaps:
+        add_gap_problems(report, held.gaps() if held is not None else
+                         log_gaps(commitlog, (lo, hi), rules, check_crc=check_crc))
     return report
 
 
@@ -376,7 +390,7 @@ def _misplaced_field_in(commitlog, rules: BuildRead, check_crc: bool) -> bool:
 
 
 def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead, check_crc: bool,
-                report: VerifyReport) -> _Sink:
+                report: VerifyReport, outside: GapTally | None = None) -> _Sink:
     """The content pass for a log whose PHYSICALOFFSET fields are not all positions: read as the build
     read (from its start, within its filters, to where reading stops; a bare directory's from the log's
     first segment), apply ``buildIndex``'s rules in
@@ -406,6 +420,9 @@ def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead
             put[at[ok]] = True
             if ok.any():
                 ends[w] = int(phy[at[ok]][-1])
+        if outside is not None:  # entries the rules put outside the files' offsets: the gaps
+            outside.add("head", seg, phy[put & (phy < lo)])
+            outside.add("tail", seg, phy[put & (phy > hi)])
         put &= (phy >= lo) & (phy <= hi)
         report.expected_entries += int(np.count_nonzero(put))
         held.append((phy[put], kh[put], ts[put]))

@@ -2,7 +2,7 @@
 
 In: ``STORE`` as a broker leaves it: ``commitlog/``, ``index/``, ``consumequeue/``, ``checkpoint``, ``abort``,
 ``lock``. Out: a :class:`StoreReport`: the store's state (whether it crashed, who holds its lock, the
-checkpoint, where a restart's re-dispatch would start: ``../shared/spec/consume-queue.md`` §7), one
+checkpoint, and the restart model of :mod:`rocketidx.verify.restart`: what a restart dispatches again), one
 :class:`rocketidx.verify.report.VerifyReport` per area (``index``, ``consumequeue``, ``checkpoint``), and for
 every kind of problem found what a restart of the broker does about it.
 
@@ -11,8 +11,8 @@ are compared; an index that is the rebuild's byte for byte needs only its struct
 verified against the log as ``verify --index`` does (a second read).
 
 Stays true: nothing in the store is written or created (the lock is probed, not taken); ``abort`` and a
-lock are state, not problems; a checkpoint field is a problem only where a restart would then delete or
-miss data; the areas are judged by the same code as ``verify --index`` and ``verify --consumequeue``.
+lock are state, not problems, and so are entries a restart restores (the index's ``restored`` gaps); a
+checkpoint field is a problem only where a restart would then delete or miss data; the areas are judged by the same code as ``verify --index`` and ``verify --consumequeue``.
 """
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ from rocketidx.errors import StoreLayoutError
 from rocketidx.output.broker import lock_state, read_checkpoint
 from rocketidx.output.local import same_bytes
 from rocketidx.verify.core import open_for_verify, verify_index
+from rocketidx.verify.coverage import add_gap_problems, log_gaps
+import rocketidx.verify.restart as restart
+from rocketidx.verify.restart import BrokerSwitches
 from rocketidx.verify.queues import list_queues, verify_consumequeues
 from rocketidx.verify.report import VerifyReport
 
@@ -55,8 +58,8 @@ CQ_RESTART = {
 }
 REDISPATCH = ("a restart re-dispatches the records from offset {start} on ({how}), and a queue takes only those "
               "past its last entry: an entry missing before that stays missing and its message is never consumed")
-INDEX_RESTART = ("kept, unless an abnormal restart deletes the file (endTimestamp past the checkpoint's "
-                 "indexMsgTimestamp); the re-dispatch indexes records from offset {start} on only")
+INDEX_RESTART = ("stays missing: the restart indexes only the records {again}, so queryMsgByKey never finds "
+                 "these keys until the index is repaired")
 CHECKPOINT_RESTART = {
     "index-deleted-on-restart": "the abnormal restart deletes these IndexFiles and re-indexes only from the "
                                 "recovery start: keys of earlier messages are lost to queryMsgByKey",
@@ -79,28 +82,6 @@ class StoreReport:
                 "areas": {k: v.as_dict() for k, v in self.areas.items()}, "restart": self.restart}
 
 
-def recovery_start(segments: list[Segment], checkpoint: dict | None, abort: bool, queues_max_offset: int | None,
-                   check_crc: bool = True) -> tuple[int, str]:
-    """Where a restart's re-dispatch starts (§7): after a crash, the newest segment whose first record is
-    valid and stored at or before min(physicMsgTimestamp, logicsMsgTimestamp) - 3 s; after a clean stop,
-    the segment holding the highest offset any queue references. (offset, how it was found)."""
-    if not segments:
-        return 0, "no CommitLog"
-    if not abort:
-        if queues_max_offset is None:
-            return segments[0].base_offset, "a clean stop, no queue entry: the first segment"
-        seg = next((s for s in reversed(segments) if s.base_offset <= queues_max_offset), segments[0])
-        return seg.base_offset, f"a clean stop: the segment holding the queues' highest offset {queues_max_offset}"
-    cp = checkpoint or {}
-    bound = min(cp.get("physic_msg_timestamp_ms", 0), cp.get("logics_msg_timestamp_ms", 0)) - 3000
-    for seg in reversed(segments):
-        ts = _first_store_time(seg, check_crc)
-        if ts is not None and ts <= bound:
-            return seg.base_offset, (f"a crash: the newest segment whose first message is stored by the "
-                                     f"checkpoint's min(physic, logics) - 3 s = {bound}")
-    return segments[0].base_offset, "a crash, and no segment starts before the checkpoint: the first segment"
-
-
 def _first_store_time(seg: Segment, check_crc: bool) -> int | None:
     buf = open_segment(seg)
     try:
@@ -113,10 +94,30 @@ def _first_store_time(seg: Segment, check_crc: bool) -> int | None:
             buf.close()
 
 
+def queues_end(directory: str) -> int:
+    """``ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue``: the highest maxPhysicOffset (offset + size of the
+    last valid entry, as ``ConsumeQueue.recover`` finds it) of any queue; -1 without one. A queue whose files
+    the broker cannot load (a file of another size) is left out: the broker would not start."""
+    from rocketidx.consumequeue.reader import Queue
+    from rocketidx.errors import CorruptRecordError
+    queues, file_size = list_queues(directory, VerifyReport())
+    best = -1
+    for (topic, qid), offsets in queues.items():
+        if not offsets:
+            continue
+        q = Queue(topic, int(qid), os.path.join(directory, topic, qid), offsets, file_size)
+        try:
+            q.recover()
+        except (CorruptRecordError, OSError):
+            continue
+        best = max(best, q.max_physic)
+    return best
+
+
 def queues_max_offset(directory: str) -> int | None:
-    """The highest CommitLog offset any queue's newest file references (a clean restart starts there)."""
-    report = VerifyReport()
-    queues, file_size = list_queues(directory, report)
+    """The highest CommitLog offset any queue's newest file references: where the newest entry's message
+    starts (a repair sets logicsMsgTimestamp from its store time). None without an entry."""
+    queues, _ = list_queues(directory, VerifyReport())
     best = None
     for key, offsets in queues.items():
         if not offsets:
@@ -130,15 +131,21 @@ def queues_max_offset(directory: str) -> int | None:
 
 def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
                  delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
-                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE, index_check=verify_index, builder=None) -> StoreReport:
+                 cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE, index_check=verify_index, builder=None,
+                 broker: dict | None = None, broker_source: str | None = None,
+                 broker_version: str | None = None) -> StoreReport:
     """Check every area of ``store`` against its CommitLog (see the module docstring). ``cq_file_size``: the
-    queue file size where no queue file tells it.
+    queue file size where no queue file tells it; ``broker``: the broker's settings
+    (:func:`rocketidx.config.broker_settings` of ``broker_source``), ``broker_version`` its release (5.x by
+    default), for the restart model (:mod:`rocketidx.verify.restart`).
 
     One read: ``builder`` (the in-process build by default; :func:`rocketidx.spark.verify.verify_store_spark`
     gives Spark's) rebuilds the queues and the index, with the store's sizes and as the broker writes it (one
-    sequence), into scratch space; the queues are compared with that rebuild. An index whose files are the
-    rebuild's byte for byte needs only its structure checked; any other is checked by ``index_check`` against
-    the log, which reads it again."""
+    sequence), into scratch space; the queues are compared with that rebuild. The index is judged as the
+    restart leaves it: the files a crash restart deletes are left out, and of the entries the files lack, those
+    the restart indexes again are state (``restored``), the others problems. Files that are the rebuild's
+    byte for byte need only their structure checked; any other is checked by ``index_check`` against the log,
+    which reads it again, as does the look at the log outside the files' offsets."""
     store = Path(store)
     commitlog = store / "commitlog"
     if not commitlog.is_dir():
@@ -147,10 +154,9 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     checkpoint = read_checkpoint(store)
     abort = (store / "abort").exists()
     cq_dir = store / "consumequeue"
-    top = queues_max_offset(str(cq_dir)) if cq_dir.is_dir() else None
-    start, how = recovery_start(segments, checkpoint, abort, top, check_crc)
+    switches = BrokerSwitches.of(broker, broker_source)
+    version = restart.broker_version(broker_version)
     state = {"abort": abort, "lock": lock_state(store), "checkpoint": checkpoint,
-             "recovery_start": {"offset": start, "how": how},
              "index": (store / "index").is_dir(), "consumequeue": cq_dir.is_dir()}
     report = StoreReport(str(store), state)
     pre, files, sizes = VerifyReport(), [], None
@@ -161,30 +167,87 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))
     try:
         rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder)
-        if sizes is not None or pre.problems:
-            same = bool(files) and not pre.problems and len(files) == len(rebuilt.index) and all(
-                same_bytes(f.path, b) for f, b in zip(files, rebuilt.index))
-            idx = verify_index(files) if same else index_check(files, str(commitlog), check_crc=check_crc,
-                                                                  open_start=True)
-            if same:
-                idx.expected_entries, idx.covered_range = rebuilt.entries, rebuilt.covered
-            idx.problems[:0] = pre.problems
-            idx.counts.update(pre.counts)
-            report.areas["index"] = idx
-            report.restart["index"] = {k: INDEX_RESTART.format(start=start) for k in idx.counts}
-            report.areas["checkpoint"] = _checkpoint_problems(files, checkpoint, abort)
+        model = restart.restart_model(
+            abort=abort, version=version, switches=switches, queues_end=queues_end(str(cq_dir)) if cq_dir.is_dir()
+            else -1, segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
+            first_store_time=lambda seg: _first_store_time(seg, check_crc))
+        state["restart_model"] = model.as_dict()
+        state["recovery_start"] = {"offset": model.redispatch_from, "how": model.how}
+        if switches.message_index_enable and (sizes is not None or pre.problems or rebuilt.entries):
+            report.areas["index"] = _index_area(files, pre, rebuilt, model, commitlog, check_crc, index_check)
+            state["restart_model"]["index"] = _index_state(report.areas["index"], model)
+            again = (f"it dispatches at or past offset {model.reindex_from}" if model.reindex_from is not None
+                     else "none: it dispatches nothing the index takes")
+            report.restart["index"] = {k: INDEX_RESTART.format(again=again) for k in report.areas["index"].counts}
+            report.areas["checkpoint"] = _checkpoint_problems(files, model)
         # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
         cq = verify_consumequeues(str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc,
                                   file_size=cq_file_size, rebuild=rebuilt.queues)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.areas["consumequeue"] = cq
-    redispatch = REDISPATCH.format(start=start, how=how)
+    redispatch = REDISPATCH.format(start=model.redispatch_from, how=model.how)
     report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts}
     cp = report.areas.get("checkpoint")
     if cp is not None:
         report.restart["checkpoint"] = {k: CHECKPOINT_RESTART[k] for k in cp.counts}
     return report
+
+
+def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check_crc: bool, index_check
+                ) -> VerifyReport:
+    """The index as the restart leaves it (see :func:`verify_store`): problems are the entries it will lack."""
+    kept = [f for f in files if f.name not in model.index_deleted]
+    same = bool(files) and not model.index_deleted and not pre.problems and len(files) == len(rebuilt.index) \
+        and all(same_bytes(f.path, b) for f, b in zip(files, rebuilt.index))
+    # The record at the last file's end is taken again when the re-dispatch reaches it: its entries that the
+    # files lack are restored, not lost (open_end).
+    again = model.reindex_from is not None and model.reindex_from <= model.index_end_phy_offset
+    if same:
+        idx = verify_index(kept)
+        idx.expected_entries, idx.covered_range = rebuilt.entries, rebuilt.covered
+    elif kept:
+        idx = index_check(kept, str(commitlog), check_crc=check_crc, open_start=True, open_end=again, gaps=False)
+    else:
+        idx = VerifyReport()
+    idx.restored_at_end = _missing_at(kept, model.index_end_phy_offset, commitlog, check_crc) if again and not \
+        same else 0
+    covered = idx.covered_range
+    if covered is None and kept:
+        covered = _items_span(kept)
+    add_gap_problems(idx, log_gaps(str(commitlog), covered, check_crc=check_crc, restored_from=model.reindex_from))
+    idx.problems[:0] = pre.problems
+    idx.counts.update(pre.counts)
+    return idx
+
+
+def _items_span(files) -> tuple[int, int] | None:
+    spans = [(f.header.begin_phy_offset, f.header.end_phy_offset) for f in files if f.header.index_count > 1]
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+
+
+def _missing_at(files, offset: int, commitlog: Path, check_crc: bool) -> int:
+    """Entries of the message at ``offset`` that ``files`` lack (those a restart that reaches it restores)."""
+    from rocketidx.commitlog.readers import CommitLogReader
+    segs = list_segments(str(commitlog), from_offset=offset, to_offset=offset + 1)
+    want = 0
+    for _, _, _, e in CommitLogReader(segs, check_crc=check_crc, start_offset=offset, end_offset=offset + 1).entry_chunks():
+        want += int(np.count_nonzero(e.column("phy_offset").to_numpy() == offset))
+    have = 0
+    for f in files:
+        if f.header.begin_phy_offset <= offset <= f.header.end_phy_offset and f.header.index_count > 1:
+            phy = f.read_item_fields(1, f.header.index_count, ("phy_offset",))["phy_offset"]
+            have += int(np.count_nonzero(phy == offset))
+    return max(0, want - have)
+
+
+def _index_state(idx: VerifyReport, model) -> dict:
+    """What the restart does to the index, for ``--json``: the files it deletes, where it takes records again,
+    and how many entries the files lack that it restores and that it does not."""
+    restored = sum(g["entries"] for g in idx.gaps if g["restored"]) + getattr(idx, "restored_at_end", 0)
+    return {"deleted_files": model.index_deleted, "end_phy_offset": model.index_end_phy_offset,
+            "reindex_from": model.reindex_from, "restored_entries": restored,
+            "lost_entries": idx.counts.get("missing", 0) + idx.counts.get("uncovered", 0)}
 
 
 @dataclass
@@ -193,6 +256,7 @@ class _Rebuilt:
     entries: int
     covered: tuple[int, int] | None
     queues: Callable  # a ``rebuild`` for verify_consumequeues: the queues already built
+    log_end: int = 0  # where reading the log stopped: the end of its valid records
 
 
 def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_size: int, delays_ms, check_crc: bool,
@@ -214,18 +278,19 @@ def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_siz
     log_end = summary.stop["phy_offset"] if summary.stop else (segments[-1].end_offset if segments else 0)
     return _Rebuilt([out / INDEX_DIR / f.name for f in rows], summary.entries,
                     (min(f.begin_phy_offset for f in rows), max(f.end_phy_offset for f in rows)) if rows else None,
-                    lambda *_: (str(out / CONSUMEQUEUE_DIR), infos, log_end))
+                    lambda *_: (str(out / CONSUMEQUEUE_DIR), infos, log_end), log_end)
 
 
-def _checkpoint_problems(files, checkpoint: dict | None, abort: bool) -> VerifyReport:
-    """After a crash the broker deletes IndexFiles whose endTimestamp passes indexMsgTimestamp (index-build.md
-    §8): each such file is a problem (its keys are lost unless the re-dispatch reaches back to them)."""
+def _checkpoint_problems(files, model) -> VerifyReport:
+    """After a crash the broker deletes IndexFiles whose endTimestamp passes indexMsgTimestamp (docs/formats.md):
+    each such file that holds entries below where the restart indexes again is a problem (their keys are lost;
+    the ``uncovered`` and ``missing`` counts of the index say how many)."""
     out = VerifyReport()
-    if not abort:
-        return out
-    index_ts = (checkpoint or {}).get("index_msg_timestamp_ms", 0)
     for f in files:
-        if f.header.end_timestamp > index_ts:
+        if f.name not in model.index_deleted or f.header.index_count <= 1:
+            continue
+        if model.reindex_from is None or f.header.begin_phy_offset < model.reindex_from:
             out.add(f.path, 0, "index-deleted-on-restart",
-                    f"endTimestamp {f.header.end_timestamp} > the checkpoint's indexMsgTimestamp {index_ts}")
+                    f"endTimestamp {f.header.end_timestamp} > the checkpoint's indexMsgTimestamp; entries from offset "
+                    f"{f.header.begin_phy_offset} are not indexed again")
     return out
