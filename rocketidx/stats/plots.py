@@ -5,12 +5,17 @@ In: the small pandas tables named as in :class:`rocketidx.spark.stats.IndexStats
 Out: one :class:`matplotlib.figure.Figure` per picture, built without ``pyplot`` so no GUI backend or
 global state is involved (safe on a headless worker or CI; a notebook shows a Figure when displayed);
 :func:`render_figures` draws every picture the tables allow and optionally saves each as PNG.
-Stays true: plotting never changes a table; times are shown in UTC; an empty table gives a figure that
+:func:`plot_queue_entries` draws the ConsumeQueue table of :func:`rocketidx.stats.queues.queue_stats`;
+:func:`readable` gives a copy of a table for display (long names shortened, epoch-millisecond times as UTC
+datetimes), :func:`readable_summary` the summary with its times likewise.
+Stays true: plotting and display copies never change a table; times are shown in UTC; a name in a label
+or a table cell is at most :data:`LABEL_WIDTH` characters (the generator's retry topic has 140); an empty table gives a figure that
 says so rather than an error.
 """
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -32,8 +37,28 @@ def _empty(fig: Figure, ax, what: str) -> Figure:
     return fig
 
 
-def _short(name: str, width: int = 40) -> str:
-    return name if len(name) <= width else name[: width - 1] + "…"
+LABEL_WIDTH = 40  # characters of a name in a label or a displayed table cell
+# Epoch-millisecond columns of the statistics, queue and message tables; not durations such as bucket_ms.
+TIME_COLUMN = re.compile(r"(_timestamp|_timestamp_ms|_time_ms|_start_ms)$")
+
+
+def _short(name: str, width: int = LABEL_WIDTH) -> str:
+    """``name`` cut in the middle to ``width`` characters: a retry topic keeps its ``%RETRY%GID_`` head and a
+    ``topic#key`` its key."""
+    if len(name) <= width:
+        return name
+    tail = (width - 1) // 3
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail:]
+
+
+def _count_ticks(axis, values) -> None:
+    """Whole-number ticks on an axis of counts. With few values, a tick under each: MaxNLocator's integer
+    mode gives up when the view holds fewer than two integers (one bar at 2 spans 1.6 to 2.4)."""
+    values = np.unique(np.asarray(values, np.int64))
+    if 0 < len(values) <= 12:
+        axis.set_ticks(values)
+    else:
+        axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _step_ms(starts, fallback: int) -> int:
@@ -155,7 +180,7 @@ def plot_collisions(collisions: pd.DataFrame, true_collisions: pd.DataFrame | No
     if len(collisions) == 0:
         return _empty(fig, ax, "key hashes")
     ax.bar(collisions["entries_per_hash"], collisions["key_hashes"], width=0.8)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # counts: no tick at 1.5 entries
+    _count_ticks(ax.xaxis, collisions["entries_per_hash"])  # counts: no tick at 1.5 entries
     ax.set_yscale("log")
     ax.set_xlabel("entries per key hash")
     ax.set_ylabel("key hashes")
@@ -169,7 +194,7 @@ def plot_collisions(collisions: pd.DataFrame, true_collisions: pd.DataFrame | No
         else:
             h = true_collisions.groupby("distinct_keys").size()
             ax2.bar(h.index, h.to_numpy(), width=0.8, color="tab:red")
-            ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _count_ticks(ax2.xaxis, h.index)
             ax2.yaxis.set_major_locator(MaxNLocator(integer=True))
             ax2.set_xlabel("distinct keys sharing one key hash")
             ax2.set_ylabel("key hashes")
@@ -220,6 +245,58 @@ def plot_topics(topics: pd.DataFrame) -> Figure:
     return fig
 
 
+def plot_queue_entries(queues: pd.DataFrame, total: int | None = None) -> Figure:
+    """Entries per ConsumeQueue (rows of :func:`rocketidx.stats.queues.queue_stats`: topic, queue_id,
+    entries), one bar each, labelled ``topic:queueId`` with the topic shortened."""
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    ax = fig.subplots()
+    if len(queues) == 0:
+        return _empty(fig, ax, "queues")
+    x = np.arange(len(queues))
+    ax.bar(x, queues["entries"], color="tab:blue")
+    labels = [f"{_short(str(t), 24)}:{int(q)}" for t, q in zip(queues["topic"], queues["queue_id"])]
+    ax.set_xticks(x, labels, rotation=90, fontsize=7)
+    ax.set_ylabel("entries")
+    entries = int(queues["entries"].sum()) if total is None else total
+    ax.set_title(f"Entries per queue: {len(queues)} queues, {entries:,} entries")
+    return fig
+
+
+def readable(table: pd.DataFrame, width: int = LABEL_WIDTH) -> pd.DataFrame:
+    """A copy of ``table`` to display: text (and lists of text) shortened to ``width`` characters, and each
+    epoch-millisecond time column (:data:`TIME_COLUMN`) as UTC datetimes, renamed ``<name> (UTC)``."""
+    out = table.copy()
+    for col in out.columns:
+        values = out[col]
+        if TIME_COLUMN.search(str(col)) and pd.api.types.is_numeric_dtype(values):
+            name = re.sub(r"_ms$", "", str(col)) + " (UTC)"
+            out[col] = pd.to_datetime(values, unit="ms")  # naive datetimes, read as UTC
+            out = out.rename(columns={col: name})
+        elif values.dtype == object:
+            out[col] = [_short_cell(v, width) for v in values]
+    return out
+
+
+def readable_summary(summary: dict) -> pd.DataFrame:
+    """A statistics summary (``IndexStats.summary()``) as a one-column table to display, its times as UTC
+    datetimes as :func:`readable` shows them (its text is paths and advice: kept whole)."""
+    rows = {}
+    for k, v in summary.items():
+        if TIME_COLUMN.search(k) and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            rows[re.sub(r"_ms$", "", k) + " (UTC)"] = pd.Timestamp(int(v), unit="ms")
+        else:
+            rows[k] = v
+    return pd.Series(rows, name="value", dtype=object).to_frame()
+
+
+def _short_cell(value, width: int):
+    if isinstance(value, str):
+        return _short(value, width)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_short(v, width) if isinstance(v, str) else v for v in value]
+    return value
+
+
 #: figure name -> (function, tables it takes, in order; a missing optional table is passed as None)
 FIGURES = {
     "entries_over_time": (plot_entries_over_time, ("buckets", "files")),
@@ -253,5 +330,6 @@ def render_figures(tables: dict, out_dir: str | os.PathLike | None = None, dpi: 
     return figs
 
 
-__all__ = ["FIGURES", "plot_chain_histogram", "plot_collisions", "plot_entries_over_time", "plot_fill",
-           "plot_hot_keys", "plot_sizing", "plot_slot_occupancy", "plot_topics", "render_figures"]
+__all__ = ["FIGURES", "LABEL_WIDTH", "plot_chain_histogram", "plot_collisions", "plot_entries_over_time", "plot_fill",
+           "plot_hot_keys", "plot_queue_entries", "plot_sizing", "plot_slot_occupancy", "plot_topics", "readable",
+           "readable_summary", "render_figures"]

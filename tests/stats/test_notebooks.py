@@ -8,6 +8,7 @@ figures are checked as images: PNG signature, over 1 KB, and not a single flat c
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -26,6 +27,13 @@ QUIET = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2"}
 # Spark's and the JVM's start-up chatter and progress bars, which used to fill the first Spark cell.
 CHATTER = ("log4j", "WARN Utils", "SPARK_LOCAL_IP", "NativeCodeLoader", "incubator modules", "[Stage ",
            "Setting default log level", "setLogLevel")
+# A log4j warning of any logger (`WARN SparkStringUtils: Truncated the string representation of a plan`), and a
+# Python warning such as matplotlib's `UserWarning: Tight layout not applied`.
+WARNING_LINE = re.compile(r" WARN |Warning: ")
+# The generator's retry topic is 140 characters, 129 of them x; pandas' own 50-character cut left 36 of them, and
+# plots.LABEL_WIDTH leaves fewer than 30.
+LONG_NAME = "x" * 30
+EPOCH_MS = re.compile(r"(?<![\d.])1[5-9]\d{11}(?![\d.])")  # 2017..2033 in epoch ms: a time not made readable
 
 
 def with_parameters(path: Path, **values) -> nbformat.NotebookNode:
@@ -81,6 +89,12 @@ def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path, s3_serve
               for o in c.outputs if o.get("name") == "stderr"]
     noise = [line for text in stderr for line in text.splitlines() if any(c in line for c in CHATTER)]
     assert not noise, f"Spark's start-up chatter in the notebooks' cells: {noise[:5]}"
+    warned = [line for text in stderr for line in text.splitlines() if WARNING_LINE.search(line)]
+    assert not warned, f"warnings in the notebooks' cells: {warned[:5]}"
+    shown = [text for c in stats_nb.cells if c.cell_type == "code" for o in c.outputs  # text, not images
+             for text in [o.get("text", ""), *(o.get("data", {}).get(k, "") for k in ("text/plain", "text/html"))]]
+    assert not [t for t in shown if LONG_NAME in t], "a 140-character topic shown whole"
+    assert not [m for t in shown for m in EPOCH_MS.findall(t)], "epoch milliseconds shown as numbers"
 
     for name in FIGURES:
         png = figs / f"{name}.png"
