@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli import EXIT_CODES_HELP, INTERRUPTED_LEAVES, exit_code
+    from rocketidx.cli import EXIT_CODES_HELP, INTERRUPTED_LEAVES, exit_code, resolve_paths
     from rocketidx.cli.backfill import add_backfill_arguments, run_backfill_command
     p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     add_backfill_arguments(p, spark_conf=_default("spark.json"), engine_flag=False)
@@ -49,7 +49,11 @@ def _run(argv: list[str] | None) -> int:
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     # The command line's exit codes, from the same map: 0 done, 1 the input has problems, 2 could not run.
-    return exit_code("backfill", lambda: run_backfill_command(a), INTERRUPTED_LEAVES["backfill"])
+
+    def run() -> int:
+        resolve_paths(a)  # as the command line's: a relative path means the driver's directory, not a task's
+        return run_backfill_command(a)
+    return exit_code("backfill", run, INTERRUPTED_LEAVES["backfill"])
 
 
 if __name__ == "__main__":

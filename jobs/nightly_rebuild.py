@@ -44,14 +44,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str] | None) -> int:
     from rocketidx.cli.build import add_build_arguments, run_build
-    from rocketidx.cli import EXIT_CODES_HELP, exit_code
+    from rocketidx.cli import EXIT_CODES_HELP, exit_code, resolve_paths
     p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     # The command line's exit codes, from the same map: 0 done, 1 the input has problems, 2 could not run.
-    return exit_code("nightly_rebuild", lambda: run_build(a), "the previous output is unchanged")
+
+    def run() -> int:
+        resolve_paths(a)  # as the command line's: a relative path means the driver's directory, not a task's
+        return run_build(a)
+    return exit_code("nightly_rebuild", run, "the previous output is unchanged")
 
 
 if __name__ == "__main__":

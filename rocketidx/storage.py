@@ -58,6 +58,16 @@ def normalize(path: str | os.PathLike) -> str:
     return str(s)
 
 
+def resolve(path: str | os.PathLike) -> str:
+    """``path`` as a command takes it once, at its entry: :func:`normalize`, then a local path made absolute
+    against this process's working directory. Spark tasks run in their own working directory (a local
+    master's Python workers in the JVM's, which need not be the driver's), and a manifest outlives the
+    directory a build was typed in, so a relative path means what the user meant only here. Symlinks are
+    kept as named (no ``realpath``): the path a user gave is the one reported. URIs stay as they are."""
+    s = normalize(path)
+    return s if is_uri(s) else os.path.abspath(s)
+
+
 def is_remote(path: str | os.PathLike) -> bool:
     """Whether ``path`` is read through pyarrow.fs (a URI other than ``file://``)."""
     return is_uri(normalize(path))
@@ -357,4 +367,4 @@ def map_range(path: str | os.PathLike, size: int, lo: int = 0, hi: int | None = 
 
 
 __all__ = ["DIR", "FILE", "Entry", "READS", "RangeFile", "basename", "filesystem", "first_nonzero", "footprint", "is_remote", "join", "listdir",
-           "map_range", "normalize", "parent", "read_bytes", "readlink", "redact", "stat"]
+           "map_range", "normalize", "parent", "read_bytes", "readlink", "redact", "resolve", "stat"]

@@ -1,7 +1,8 @@
 """The split-wise ConsumeQueue build: splits read in parallel, runs placed on the driver, files written in parallel.
 
 In: the CommitLog's segments, the read's :class:`rocketidx.commitlog.splits.SplitSpec`, the queue file size
-and delay table, the staging version directory (a local or mounted path every task sees), and two ``run_*``
+and delay table, the staging version directory (a URI, or a local or mounted path every task sees: a
+relative one is made absolute on the driver), and two ``run_*``
 callables that run a list of tasks and return their results (Spark's, or :func:`local_reads` and
 :func:`local_writes` here).
 Out: ``STAGING/consumequeue/<topic>/<queueId>/<files>``, and a :class:`QueuesBuilt`: the manifest's
@@ -176,7 +177,7 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
     ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups, staging,
     file_size, sync)`` :func:`write_task` on each group of file plans. ``sync=False``: a scratch rebuild
     (verify's), whose files no one keeps, skips the fsyncs."""
-    _check_staging(staging)
+    staging = _for_tasks(staging)
     params = ReadParams(staging, spec, tuple(delays_ms))
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
@@ -201,7 +202,7 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
     """Steps 2 and 3: place the counted reads' runs and write the files. ``reads`` may come from any plan whose
     pieces tile the read (the index's direct tasks hand theirs over): every counted piece of ``infos`` (what
     the stops were resolved from) that kept a record must be among them."""
-    _check_staging(staging)
+    staging = _for_tasks(staging)
     counted = sorted((r for r in reads if r.split in resolved.included), key=lambda r: r.split)
     have = {r.split for r in counted}
     if len(have) != len(counted):
@@ -232,10 +233,11 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
                        len(reads) if splits is None else splits)
 
 
-def _check_staging(staging: str) -> None:
-    """Tasks on other machines (or in other directories) must find it: an absolute path or a URI."""
-    if not (storage.is_uri(staging) or os.path.isabs(staging)):
-        raise RocketIdxError(f"the staging directory {staging!r} is neither an absolute path nor a URI")
+def _for_tasks(staging: str) -> str:
+    """``staging`` as tasks are given it: a URI, or a local path made absolute here on the driver. A task's
+    working directory is not the driver's (a local master's Python workers run in the JVM's, a cluster's
+    executors in their own), so a relative path would name another directory there."""
+    return storage.resolve(staging)
 
 
 def _remove_pieces(staging: str) -> None:

@@ -62,7 +62,8 @@ def manifest_header(config: BuildConfig, segments: list[Segment], summary: Build
         "window_ms": config.window_ms,
         "timezone": config.timezone,
         "check_crc": config.check_crc,
-        "commitlog": storage.redact(segments[0].path).rsplit("/", 1)[0] if segments else None,
+        # Resolved: a later build from another directory compares it with its own (output.safety.BuildKind).
+        "commitlog": storage.redact(storage.resolve(segments[0].path)).rsplit("/", 1)[0] if segments else None,
         "segments": [{"name": s.name, "base_offset": s.base_offset, "size": s.size} for s in segments],
         "messages": summary.messages,
         "messages_indexed": summary.messages_indexed,

@@ -51,8 +51,19 @@ INTERRUPTED_LEAVES = {"build": "the previous output is unchanged",
                 "backfill": "the store's index is as it was (an install cut short is rolled back by the next run)",
                 "gen": "the store may be incomplete: run gen again", "demo": "the previous output is unchanged",
                 "timeindex": "files already written are whole (each is written and then renamed)"}
-# Arguments that name a path or URI: a file:// URI becomes its local path here, once for every command.
-PATH_ARGS = ("out", "commitlog", "index", "store", "queries", "dir", "conf", "spark_conf", "time_index")
+# Arguments that name a path or URI: resolved here (resolve_paths), once for every command and both jobs.
+PATH_ARGS = ("out", "commitlog", "index", "store", "consumequeue", "queries", "dir", "conf", "spark_conf",
+             "broker_conf", "time_index")
+
+
+def resolve_paths(args: argparse.Namespace) -> None:
+    """Every :data:`PATH_ARGS` of ``args`` as :func:`rocketidx.storage.resolve` gives it: a ``file://`` URI
+    its local path, a relative path absolute against the working directory the command was typed in (so
+    Spark tasks, a manifest and ``--json`` all see the path the user meant, from any directory), a URI as
+    given. Called before a command runs, inside :func:`exit_code`: a bad ``file://`` URI is exit 2."""
+    for name in PATH_ARGS:
+        if isinstance(getattr(args, name, None), str):
+            setattr(args, name, storage.resolve(getattr(args, name)))
 
 
 def exit_code(prog: str, run: Callable[[], int], interrupted: str = "the previous output is unchanged") -> int:
@@ -123,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     storage.READS.reset()
 
     def run() -> int:
-        for name in PATH_ARGS:
-            if isinstance(getattr(args, name, None), str):
-                setattr(args, name, storage.normalize(getattr(args, name)))
+        resolve_paths(args)
         return COMMANDS[args.command](args)
     try:
         return exit_code(f"rocketidx {args.command}", run, INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))

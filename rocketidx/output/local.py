@@ -208,8 +208,9 @@ class LocalOutput:
     same interface as :class:`RemoteOutput` (lock, new_staging, file_size, commit, discard, remove)."""
 
     def __init__(self, out: str | os.PathLike):
-        self.out = Path(out)
-        self.uri = str(out)
+        # Absolute: the staging path goes to tasks, which may run in another working directory.
+        self.out = Path(os.path.abspath(out))
+        self.uri = str(self.out)
 
     def path(self, *parts: str) -> str:
         return os.path.join(self.out, *parts)

@@ -138,7 +138,8 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     :func:`rocketidx.build.finish.finish_build`.
     """
     t0 = time.monotonic()
-    commitlog, out = storage.normalize(commitlog), storage.normalize(out)
+    # Resolved here, on the driver: executors read and write in working directories of their own.
+    commitlog, out = storage.resolve(commitlog), storage.resolve(out)
     output = open_output(out)
     from_offset = _checked(from_offset, start_offset, split_bytes, shuffle_partitions)
     segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
