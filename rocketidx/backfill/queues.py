@@ -30,7 +30,7 @@ from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
 from rocketidx.output.broker import write_checkpoint_fields
 from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
-from rocketidx.verify.queues import rebuild_in_process
+from rocketidx.verify.queues import rebuild_in_process, unexplained_why
 
 ACTIONS = ("keep", "replace", "write", "remove")
 
@@ -82,6 +82,8 @@ class QueuePlan:
     size_from: str
     actions: dict[str, list[str]] = field(default_factory=lambda: {a: [] for a in ACTIONS})
     rebuilt: str | None = None  # where the rebuild lies (the caller's scratch directory)
+    unexplained: dict[str, str] = field(default_factory=dict)  # topic/queueId no rebuild makes -> why: left alone
+    skipped: dict[str, str] = field(default_factory=dict)  # topic -> why its queues are neither written nor touched
 
     @property
     def changes(self) -> int:
@@ -90,7 +92,8 @@ class QueuePlan:
     def as_dict(self) -> dict:
         return {"file_size": self.file_size, "file_size_from": self.size_from,
                 "counts": {k: len(v) for k, v in self.actions.items()},
-                **{k: v for k, v in self.actions.items() if k != "keep"}}
+                **{k: v for k, v in self.actions.items() if k != "keep"},
+                "unexplained": self.unexplained, "skipped": self.skipped}
 
     def lines(self) -> list[str]:
         out = [f"consumequeue: files of {self.file_size:,} bytes ({self.size_from}); "
@@ -100,6 +103,10 @@ class QueuePlan:
                 out.append(f"  {action:8} consumequeue/{rel}")
             if len(self.actions[action]) > 20:
                 out.append(f"  ... and {len(self.actions[action]) - 20} more to {action}")
+        for topic, why in self.skipped.items():
+            out.append(f"  skipped  consumequeue/{topic}: {why}")
+        for queue, why in self.unexplained.items():
+            out.append(f"  left     consumequeue/{queue}: {why}")
         if not self.changes:
             out.append("  nothing to change: every queue file is the rebuild's")
         return out
@@ -120,12 +127,27 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
     return compare_queues(store, files, size, size_from, Path(rebuilt))
 
 
-def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str, rebuilt: Path) -> QueuePlan:
-    """The plan: the store's queue ``files`` (:func:`queue_files`) against a rebuild's in ``rebuilt``."""
-    built = queue_files(rebuilt)
+def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str, rebuilt: Path, *,
+                   skip_topics: dict[str, str] | None = None, remove_unexplained: bool = False) -> QueuePlan:
+    """The plan: the store's queue ``files`` (:func:`queue_files`) against a rebuild's in ``rebuilt``.
+
+    A queue directory no rebuild makes (a light queue, a topic the log no longer holds) is left alone and
+    listed in ``plan.unexplained``, unless ``remove_unexplained`` (its files then move to the backup);
+    ``skip_topics`` (topic -> why: a BatchCQ topic) are neither written nor touched."""
+    skip_topics = skip_topics or {}
+    topic_of = lambda rel: rel.split("/", 1)[0]  # noqa: E731
+    built = {r: n for r, n in queue_files(rebuilt).items() if topic_of(r) not in skip_topics}
+    files = {r: n for r, n in files.items() if topic_of(r) not in skip_topics}
     cq_dir = store / "consumequeue"
     plan = QueuePlan(str(store), size, size_from, rebuilt=str(rebuilt))
+    plan.skipped = {t: why for t, why in skip_topics.items()}
+    built_queues = {rel.rsplit("/", 1)[0] for rel in built}
+    built_topics = {topic_of(rel) for rel in built}
     for rel in sorted(set(built) | set(files)):
+        queue = rel.rsplit("/", 1)[0]
+        if queue not in built_queues and not remove_unexplained:
+            plan.unexplained.setdefault(queue, unexplained_why(topic_of(rel), built_topics))
+            continue
         if rel not in files:
             plan.actions["write"].append(rel)
         elif rel not in built:

@@ -38,7 +38,7 @@ from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir,
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError
 import rocketidx.layout as L
-from rocketidx.output.broker import broker_lock
+from rocketidx.output.broker import batch_topics, broker_lock, queue_store_kind
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
 
 
@@ -54,16 +54,36 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                  hash_slot_num: int | None = None, index_num: int | None = None, window_ms: int = 0,
                  timezone_name: str = "local", cq_file_size: int | None = None,
                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
-                 builder=None, log=print) -> StoreRepair:
+                 builder=None, log=print, remove_unexplained: bool = False) -> StoreRepair:
     """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
-    only. ``cq_file_size``: the queue file size where no queue file of the store tells it."""
+    only. ``cq_file_size``: the queue file size where no queue file of the store tells it.
+
+    Guards, each said in one line: a ``consumequeue/`` that is a RocksDB database drops the queue target; a
+    BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
+    plan) unless ``remove_unexplained``. The index repair goes ahead either way."""
     t0 = time.monotonic()
     store = Path(store)
     if not (store / "commitlog").is_dir():
         raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
+    if "consumequeue" in targets and queue_store_kind(store) == "rocksdb":
+        log("consumequeue: skipped: consumequeue/ holds a RocksDB database (storeType=defaultRocksDB), which "
+            "rocketidx does not rebuild yet; it is left as it is")
+        targets = tuple(t for t in targets if t != "consumequeue")
+        if not targets:
+            return StoreRepair(wall_s=time.monotonic() - t0)
+        if targets == ("index",):
+            from rocketidx.backfill.store import run_backfill
+            return StoreRepair(index=run_backfill(store, hash_slot_num=hash_slot_num, index_num=index_num,
+                                                  window_ms=window_ms, timezone_name=timezone_name, dry_run=dry_run,
+                                                  check_crc=check_crc, log=log, builder=builder),
+                               wall_s=time.monotonic() - t0)
     queue_files(store / "consumequeue")  # refuse a stray before the lock file is made
+    skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/, which rocketidx does "
+               "not rebuild yet" for t in sorted(batch_topics(store))}
     if builder is None:
         from rocketidx.build.local import build_index as builder
+    if dry_run:
+        log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
     with broker_lock(store, create=not dry_run):
         result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
         if not dry_run and (store / STAGING_DIR).is_dir():  # a killed repair's build: never installed, ours
@@ -83,18 +103,21 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
             built, summary = builder(store / "commitlog", out, config, time_index=None)
             log(f"read the CommitLog once: {summary.messages:,} messages -> "
                 + ("the queues and the index" if "index" in targets else "the queues"))
-            plan = compare_queues(store, files, size, size_from, out / CONSUMEQUEUE_DIR)
-            result.queues = QueueRepair(plan, rolled_back=result.rolled_back)
-            for line in plan.lines():
-                log(line)
-            if not dry_run and plan.changes:
-                backup = store / BACKUP_DIR / stamp
-                # A store without a checkpoint gets none: the broker starts one at zero, the same as before.
-                logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
-                install_queues(store, out / CONSUMEQUEUE_DIR, backup, plan, logics)
-                result.queues.backup_dir = str(backup)
-                log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
-                    f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
+            plan = None
+            if "consumequeue" in targets:  # an index-only repair never plans (nor removes) queues
+                plan = compare_queues(store, files, size, size_from, out / CONSUMEQUEUE_DIR, skip_topics=skip,
+                                      remove_unexplained=remove_unexplained)
+                result.queues = QueueRepair(plan, rolled_back=result.rolled_back)
+                for line in plan.lines():
+                    log(line)
+                if not dry_run and plan.changes:
+                    backup = store / BACKUP_DIR / stamp
+                    # A store without a checkpoint gets none: the broker starts one at zero, the same as before.
+                    logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
+                    install_queues(store, out / CONSUMEQUEUE_DIR, backup, plan, logics)
+                    result.queues.backup_dir = str(backup)
+                    log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
+                        f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
             if index is not None:
                 rebuilt = [out / INDEX_DIR / f.name for f in Manifest.from_dict(built, str(out)).files]
                 same = plan_from_rebuild(store, rebuilt, hash_slot_num=hash_slot_num, index_num=index_num,

@@ -10,7 +10,7 @@ Stays true:
   Java's ``FileChannel.tryLock`` takes on Linux); rocketidx holds that lock itself while it works, so a
   broker cannot start half way;
 * the files the broker will delete at its next abnormal start (``abort`` present and endTimestamp
-  greater than the checkpoint's indexMsgTimestamp, spec §8), damaged files (failing verification) and
+  greater than the checkpoint's indexMsgTimestamp: docs/verify.md, "What a restart dispatches again"), damaged files (failing verification) and
   every file after the first of those are replaced; the kept files form a clean prefix in name order;
 * the rebuilt range starts at the end of the last kept file (the entries of its last message already in
   it are not repeated) and runs to the end of the CommitLog; new files get names that sort after every
@@ -251,6 +251,8 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     store = Path(store)
     if not store.is_dir():
         raise StoreLayoutError(str(store), "no such store directory")
+    if dry_run:
+        log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
     with broker_lock(store, create=not dry_run):
         roll_back_interrupted(store, dry_run, log)
         return backfill_locked(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,

@@ -1,5 +1,5 @@
-"""``rocketidx backfill`` and ``jobs/backfill.py``: a crashed broker's lost index range rebuilt into its
-stopped store, on the engine the range's size picks."""
+"""``rocketidx backfill`` and ``jobs/backfill.py``: a stopped broker's index and ConsumeQueues repaired from its
+CommitLog (by default both, from one read), on the engine the range's size picks."""
 from __future__ import annotations
 
 import argparse
@@ -25,9 +25,13 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
                     help="default: read off the existing files, else the broker's 20000000")
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
-    bf.add_argument("--targets", default="index",
-                    help="what to repair: index (default), consumequeue, or index,consumequeue (the queues with the "
-                         "index from one read of the CommitLog)")
+    bf.add_argument("--targets", default="index,consumequeue",
+                    help="what to repair: index,consumequeue (default: both from one read of the CommitLog), index, "
+                         "or consumequeue. Skipped with one line: BatchCQ topics of config/topics.json, and the "
+                         "queues when consumequeue/ is a RocksDB database")
+    bf.add_argument("--remove-unexplained", action="store_true",
+                    help="also move to the backup the queues no rebuild makes (light %%LMQ%% queues, topics the log "
+                         "no longer holds); by default they are left as they are and listed")
     bf.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
                     help="queue file size where the store's own files do not tell it (default: the size most of "
                          "them share, else the broker's 6000000)")
@@ -96,10 +100,11 @@ def run_backfill_command(a: argparse.Namespace) -> int:
             rs = repair_store(a.store, targets=tuple(t for t in ("index", "consumequeue") if t in targets),
                               cq_file_size=size and L.cq_file_size(size),
                               delay_levels=broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), builder=builder,
-                              **args)
+                              remove_unexplained=a.remove_unexplained, **args)
             q = rs.queues
-            queues = {"plan": q.plan.as_dict(), "backup_dir": q.backup_dir, "rolled_back": q.rolled_back,
-                      "wall_s": round(rs.wall_s, 3)}
+            queues = {"skipped": "consumequeue/ is a RocksDB database"} if q is None else {
+                "plan": q.plan.as_dict(), "backup_dir": q.backup_dir, "rolled_back": q.rolled_back,
+                "wall_s": round(rs.wall_s, 3)}
             r = rs.index
         else:
             r = run_backfill(a.store, builder=builder, **args)
@@ -119,7 +124,9 @@ def run_backfill_command(a: argparse.Namespace) -> int:
 
 def add_parser(sub) -> None:
     add_backfill_arguments(sub.add_parser(
-        "backfill", help="rebuild the index range a crashed broker lost, into its stopped store",
-        description="Rebuild the IndexFiles a crashed broker lost (the range after its last complete file, up to "
-                    "the CommitLog's end) into the stopped broker's store: under its lock, with a backup of what "
-                    "it replaces and an atomic swap. --dry-run prints the plan and changes nothing."))
+        "backfill", help="repair a stopped broker's index and ConsumeQueues from its CommitLog",
+        description="Repair a stopped broker's store from its CommitLog: the IndexFiles it lost or holds damaged "
+                    "(the range after its last good file, up to the CommitLog's end) and its ConsumeQueues (each "
+                    "file against a rebuild), from one read of the log; under the broker's lock, with a backup of "
+                    "what it replaces and an atomic swap. --targets limits it to one; --dry-run prints the plan "
+                    "and changes nothing (it needs only read access)."))

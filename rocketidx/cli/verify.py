@@ -129,10 +129,16 @@ def _verify_store(a, broker: dict) -> int:
     if idx and (idx["restored_entries"] or idx["lost_entries"]):
         print(f"  the index lacks {idx['restored_entries'] + idx['lost_entries']:,} entries: the restart restores "
               f"{idx['restored_entries']:,}, {idx['lost_entries']:,} stay lost")
+    for what, why in st.get("skipped", {}).items():
+        print(f"{what}: skipped: {why}")
+    for queue, why in st.get("unexplained_queues", {}).items():
+        print(f"consumequeue/{queue}: not a problem, listed apart: {why}")
     for area in ("index", "consumequeue", "checkpoint"):
         r = report.areas.get(area)
         if r is None:
             print(f"{area}: not present")
+            continue
+        if area == "consumequeue" and "consumequeue" in st.get("skipped", {}):
             continue
         print(f"{area}: " + ("clean" if r.clean else ", ".join(f"{k} {v}" for k, v in sorted(r.counts.items()))))
         for kind, what in sorted(report.restart.get(area, {}).items()):

@@ -33,21 +33,24 @@ def broker_lock(store: Path, create: bool = True):
     ``flock``. On Linux the two do not see each other, so both are taken.
 
     A store without a lock file has no running broker; ``create`` makes one so that a broker started
-    meanwhile finds it held (a dry run creates nothing).
+    meanwhile finds it held. Without ``create`` (a dry run, a plan) the lock is taken shared, through a
+    read-only open: a plan needs only read access, and still fails at once while a broker runs.
     """
     path = store / "lock"
     if not path.exists() and not create:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    shared = not create
+    fd = os.open(path, os.O_RDONLY) if shared else os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    kind = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     try:
         try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.lockf(fd, kind | fcntl.LOCK_NB)
         except OSError as e:
             raise StoreLockedError(str(path), "locked (POSIX lock): a broker is running on this store; stop it "
                                               "first") from e
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except OSError as e:
             raise StoreLockedError(str(path), "locked (flock): another process holds this store's lock; stop "
                                               "it first") from e
@@ -108,3 +111,43 @@ def lock_state(store: Path) -> str:
         return "free"
     finally:
         os.close(fd)
+
+
+# --- what a broker's store holds that rocketidx does not rebuild (yet) -------------------------------------
+
+BATCH_CQ = "BatchCQ"  # a topic attribute: the broker keeps its queues in batchconsumequeue/, 46-byte units
+
+
+def queue_store_kind(store: Path) -> str:
+    """``rocksdb`` when ``consumequeue/`` holds a RocksDB database (a 5.x broker with
+    ``storeType=defaultRocksDB`` keeps its queues there: a ``CURRENT`` file and ``*.sst`` files directly
+    inside), ``files`` otherwise (ConsumeQueue files, or no directory)."""
+    cq = store / "consumequeue"
+    if not cq.is_dir():
+        return "files"
+    names = os.listdir(cq)
+    if "CURRENT" in names and (any(n.endswith(".sst") for n in names) or any(n.startswith("MANIFEST-") for n in names)):
+        return "rocksdb"
+    return "files"
+
+
+def batch_topics(store: Path) -> set[str]:
+    """Topics whose attribute ``queue.type`` is ``BatchCQ`` in the store's ``config/topics.json``: the broker
+    refuses to load a ``consumequeue/`` directory of such a topic ("should be SimpleCQ, but is BatchCQ",
+    ConsumeQueueStore.java), so no repair may write one. A store without the file has none; a file that is
+    not JSON is an error naming it."""
+    import json
+    path = store / "config" / "topics.json"
+    if not path.is_file():
+        return set()
+    try:
+        table = json.loads(path.read_text(encoding="utf-8")).get("topicConfigTable") or {}
+    except (ValueError, UnicodeDecodeError, AttributeError) as e:
+        raise StoreLayoutError(str(path), f"not the broker's topic table (JSON with topicConfigTable): {e}") from e
+    out = set()
+    for name, conf in table.items():
+        attrs = (conf or {}).get("attributes") or {}
+        kind = attrs.get("queue.type", attrs.get("+queue.type"))
+        if isinstance(kind, str) and kind.lower() == BATCH_CQ.lower():
+            out.add(conf.get("topicName", name))
+    return out

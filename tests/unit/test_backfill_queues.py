@@ -51,20 +51,29 @@ def test_each_crash_scenario_plans_the_damaged_files_only(case, name, tmp_path):
         assert {c.rsplit("/", 1)[0] for c in changed} == {str(q.relative_to(store / "consumequeue"))}
 
 
-def test_a_stray_queue_is_removed_and_the_command_changes_nothing(tmp_path, capsys):
+def test_a_queue_no_rebuild_makes_is_left_alone_unless_named_by_the_flag(tmp_path, capsys):
+    """Issue 31 item 5: a queue the CommitLog does not explain (here queueId 77 of a topic) is listed and left
+    with its files and inodes; --remove-unexplained moves it to the backup, as repairs did before."""
     case = CASES[0]
     store, _ = store_of(case, tmp_path / "store")
     q = biggest(store)
     shutil.copytree(q, q.parent / "77")
+    inodes = {p.name: p.stat().st_ino for p in (q.parent / "77").iterdir()}
     before = snapshot(store)
     assert main(["backfill", "--store", str(store), "--targets", "consumequeue", "--dry-run", "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)["consumequeue"]["plan"]
-    assert plan["counts"]["remove"] == len(list(q.iterdir())) and plan["counts"]["write"] == 0
-    assert all(r.startswith(f"{q.parent.name}/77/") for r in plan["remove"])
+    assert plan["counts"]["remove"] == 0 and plan["counts"]["write"] == 0
+    assert plan["unexplained"] == {f"{q.parent.name}/77": "no record of this queue in the CommitLog: left as it is"}
     assert snapshot(store) == before
     assert main(["backfill", "--store", str(store), "--targets", "consumequeue", "--json"]) == 0
     done = json.loads(capsys.readouterr().out)["consumequeue"]
+    assert done["plan"]["counts"]["remove"] == 0 and not done["backup_dir"]
+    assert {p.name: p.stat().st_ino for p in (q.parent / "77").iterdir()} == inodes
+    assert main(["backfill", "--store", str(store), "--targets", "consumequeue", "--remove-unexplained",
+                 "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)["consumequeue"]
     assert done["plan"]["counts"]["remove"] == len(list(q.iterdir())) and done["backup_dir"]
+    assert all(r.startswith(f"{q.parent.name}/77/") for r in done["plan"]["remove"])
     assert not (q.parent / "77").exists()
     assert tree(store / "consumequeue") == tree(case / "expected" / "consumequeue")
 
