@@ -161,11 +161,28 @@ class BuildKind:
 
 
 def _same_log(a: str | None, b: str | None) -> bool:
+    """Whether this build's CommitLog directory ``a`` (resolved at the command's entry) is the one the
+    output's manifest records, ``b``."""
     if a == b or a is None or b is None:  # None: a build that read no segment names no directory
         return True
     if storage.is_remote(a) or storage.is_remote(b):
         return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    return not os.path.isabs(b) and _ends_with(a, b)
+
+
+def _ends_with(a: str, relative: str) -> bool:
+    """A manifest of an older rocketidx (before issue 31) recorded the path as typed (``nc/store/commitlog``),
+    relative to a working directory it did not record. All it says is the directory's last names, so the
+    log is the same when ``a`` (as given, or with its symlinks resolved) ends with them: the cron job that
+    runs from another directory is not refused. A record of fewer than two names (``./commitlog``, typed
+    inside the store) would match every store's log: it matches none, and ``--overwrite`` replaces such an
+    output once."""
+    names = [n for n in os.path.normpath(relative).split(os.sep) if n not in (".", "..")]
+    if len(names) < 2:
+        return False
+    return any(Path(p).parts[-len(names):] == tuple(names) for p in (os.path.abspath(a), os.path.realpath(a)))
 
 
 def _range_words(filters: dict) -> str:
