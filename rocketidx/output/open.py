@@ -147,6 +147,8 @@ def open_consumequeues(path: str | os.PathLike, commitlog: str | os.PathLike | N
         queues_dir = os.path.join(p, CONSUMEQUEUE_DIR)
         if commitlog is None and os.path.isdir(os.path.join(p, "commitlog")):
             commitlog = os.path.join(p, "commitlog")
+    elif os.path.isdir(os.path.join(p, "commitlog")):
+        raise StoreLayoutError(p, NO_QUEUES)
     else:
         queues_dir = p
     if commitlog is not None:
@@ -156,6 +158,10 @@ def open_consumequeues(path: str | os.PathLike, commitlog: str | os.PathLike | N
         raise StoreLayoutError(p, "a bare consumequeue directory: give --commitlog, whose first offset decides "
                                   "which entries a restarted broker still serves")
     return ConsumeQueues(queues_dir, min_offset)
+
+
+NO_QUEUES = ("a broker store without consumequeue/: it holds no ConsumeQueues (verify --store reports each queue "
+             "its log dispatches as missing; backfill --store rebuilds them)")
 
 
 def consumequeue_dir(path: str | os.PathLike) -> str:
@@ -170,4 +176,6 @@ def consumequeue_dir(path: str | os.PathLike) -> str:
     inside = os.path.join(pinned, CONSUMEQUEUE_DIR)
     if Manifest.read(pinned) is not None and not os.path.isdir(inside):
         raise StoreLayoutError(p, "a build output without ConsumeQueues (build it with --targets consumequeue)")
+    if not os.path.isdir(inside) and os.path.isdir(os.path.join(p, "commitlog")):
+        raise StoreLayoutError(p, NO_QUEUES)
     return inside if os.path.isdir(inside) else p
