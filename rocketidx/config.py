@@ -18,6 +18,7 @@ DEFAULT_WINDOW_MS = 3_600_000
 DEFAULT_BATCH_RECORDS = 65_536
 MAX_INDEX_FILE_BYTES = 2**31 - 1  # a MappedByteBuffer, as the broker maps an IndexFile, is int-indexed
 TARGETS = ("index", "consumequeue")  # what a build can write, in the order the manifest lists them
+SIZE_FIELDS = "hash_slot_num, index_num"  # the option an IndexFile too large to map is blamed on
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,12 @@ class BuildConfig:
             raise ConfigError("hash_slot_num", self.hash_slot_num, "must be a positive integer")
         if not isinstance(self.index_num, int) or self.index_num < 2:
             raise ConfigError("index_num", self.index_num, "must be an integer >= 2 (item 0 is never used)")
-        if L.index_file_size(self.hash_slot_num, self.index_num) > MAX_INDEX_FILE_BYTES:
-            raise ConfigError("index_num", self.index_num,
-                              "40 + 4*hash_slot_num + 20*index_num exceeds 2 GiB; the broker cannot map it")
+        size = L.index_file_size(self.hash_slot_num, self.index_num)
+        if size > MAX_INDEX_FILE_BYTES:  # both sizes make it: the error names the two (SIZE_FIELDS)
+            raise ConfigError(SIZE_FIELDS, (self.hash_slot_num, self.index_num),
+                              f"an IndexFile of 40 + 4*{self.hash_slot_num} + 20*{self.index_num} = {size:,} bytes is "
+                              f"over the {MAX_INDEX_FILE_BYTES:,} a broker can map (its MappedByteBuffer is "
+                              "int-indexed): lower either")
         if not isinstance(self.window_ms, int) or self.window_ms < 0:
             raise ConfigError("window_ms", self.window_ms, "must be >= 0 (0 = one window)")
         if self.batch_records < 1:
@@ -79,22 +83,28 @@ class BuildConfig:
 
 
 def load_config(path: str | Path | None, **overrides) -> BuildConfig:
-    """Settings from a JSON file (``conf/defaults.json`` layout, section ``index``), then overrides."""
-    base = BuildConfig()
-    if path is not None:
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError("conf", str(path), f"cannot read: {e}") from e
-        section = data.get("index", data)
-        known = {f.name for f in fields(BuildConfig)}
-        unknown = set(section) - known - {"window"}
-        if unknown:
-            raise ConfigError("conf", str(path), f"unknown settings {sorted(unknown)}")
-        if "window" in section:
-            section = dict(section, window_ms=parse_duration_ms(section.pop("window"), "window"))
-        base = replace(base, **section)
-    return base.with_overrides(**overrides)
+    """Settings from a JSON file (``conf/defaults.json`` layout, section ``index``), then overrides (None:
+    not given). The result is checked once, as a whole: a file's size that a flag overrides is not checked
+    on its own."""
+    settings = {**conf_settings(path), **{k: v for k, v in overrides.items() if v is not None}}
+    return replace(BuildConfig(), **settings)
+
+
+def conf_settings(path: str | Path | None) -> dict:
+    """The :class:`BuildConfig` fields a JSON settings file sets ({} without one), ``window`` as ``window_ms``."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError("conf", str(path), f"cannot read: {e}") from e
+    section = dict(data.get("index", data))
+    unknown = set(section) - {f.name for f in fields(BuildConfig)} - {"window"}
+    if unknown:
+        raise ConfigError("conf", str(path), f"unknown settings {sorted(unknown)}")
+    if "window" in section:
+        section["window_ms"] = parse_duration_ms(section.pop("window"), "window")
+    return section
 
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"

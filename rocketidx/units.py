@@ -29,7 +29,7 @@ INDEX_NUM_HELP = ("indexNum of the files (default: the manifest, else what the f
                   f"{DEFAULT_INDEX_NUM})")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+)\s*(ms|s|m|h|d)?\s*$")  # a sign, so that -1h is "must not be negative"
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -65,7 +65,8 @@ def parse_count(text: str | int, option: str = "count", *, minimum: int = 0) -> 
         except ValueError:
             raise ConfigError(option, text, "expected a whole number") from None
     if value < minimum:
-        raise ConfigError(option, text, f"must be at least {minimum}")
+        # 1 is the usual floor (slots, items, partitions): the words BuildConfig uses for it too.
+        raise ConfigError(option, text, "must be a positive integer" if minimum == 1 else f"must be at least {minimum}")
     return value
 
 
@@ -125,12 +126,13 @@ def optional(parse: Callable[..., int], options: Mapping[str, object], name: str
 
 
 def arg(parse: Callable[..., int], option: str, **kwargs) -> Callable[[str], int]:
-    """An argparse ``type=`` for one of the parsers above: its ConfigError becomes a usage error."""
+    """An argparse ``type=`` for one of the parsers above: its ConfigError becomes a usage error, the value
+    and the reason (argparse names the option: ``argument --window: 'abc': expected a duration ...``)."""
     def convert(text: str) -> int:
         try:
             return parse(text, option, **kwargs)
         except ConfigError as e:
-            raise argparse.ArgumentTypeError(str(e)) from e
+            raise argparse.ArgumentTypeError(f"{e.value!r}: {e.reason}") from e
     convert.__name__ = option  # argparse names the type in some messages
     return convert
 

@@ -20,6 +20,7 @@ import sys
 from typing import Callable
 
 from rocketidx.cli import backfill, build, gen, query, stats, timeindex, verify
+from rocketidx.cli.common import OneLineParser, add_verbose, package_version
 from rocketidx.errors import RocketIdxError
 import rocketidx.interrupts as interrupts
 import rocketidx.storage as storage
@@ -32,14 +33,18 @@ EXIT_CODES_HELP = ("exit codes: 0 done; 1 the input has problems (verify found s
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.",
-                                epilog=EXIT_CODES_HELP)
-    p.add_argument("-v", "--verbose", action="count", default=0, help="log more (-v info, -vv debug)")
+    p = OneLineParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.",
+                      epilog=EXIT_CODES_HELP)
+    add_verbose(p)
+    p.add_argument("--version", action="version", version=f"rocketidx {package_version()}",
+                   help="print rocketidx's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     # The order `rocketidx --help` lists them in.
     for add in (gen.add_gen_parser, build.add_parser, gen.add_demo_parser, backfill.add_parser, verify.add_parser,
                 stats.add_parser, timeindex.add_parser, query.add_parser):
         add(sub)
+    for command in sub.choices.values():
+        add_verbose(command, after_command=True)
     return p
 
 
@@ -48,7 +53,9 @@ COMMANDS = {"stats": stats.cmd_stats, "demo": gen.cmd_demo, "verify": verify.cmd
             "query": query.cmd_query, "timeindex": timeindex.cmd_timeindex}
 # What an interrupted command leaves, in the one line it prints (rocketidx.interrupts).
 INTERRUPTED_LEAVES = {"build": "the previous output is unchanged",
-                "backfill": "the store's index is as it was (an install cut short is rolled back by the next run)",
+                "backfill": "a swap cut short is rolled back by the next run; one that finished stays (the queues' "
+                            "repair is in place once 'consumequeue: replaced' was printed, the index once "
+                            "'installed'); whatever was not reached is as it was",
                 "gen": "the store may be incomplete: run gen again", "demo": "the previous output is unchanged",
                 "timeindex": "files already written are whole (each is written and then renamed)"}
 # Arguments that name a path or URI: resolved here (resolve_paths), once for every command and both jobs.

@@ -7,9 +7,10 @@ import sys
 import time
 
 from rocketidx.cli.common import add_engine_arguments, spark_flag_misused, spark_settings
+from rocketidx.errors import ConfigError
 import rocketidx.layout as L
 import rocketidx.storage as storage
-from rocketidx.units import count_arg, duration_arg, time_arg
+from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
 
 def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, spark_conf: str | None = None,
@@ -19,9 +20,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--commitlog", required=True,
                    help="CommitLog directory, or a store holding commitlog/ (a path or a URI: s3://, hdfs://...)")
     b.add_argument("--out", required=True, help="output directory (a path or a URI); OUT/index, OUT/_manifest.json")
-    b.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
+    b.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None,
                    help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
-    b.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
+    b.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
     b.add_argument("--window", type=duration_arg("--window"), default=None,
                    help="window length: 1h, 15m, 90s, 250ms, or a bare number of milliseconds "
                         "(default 1h; 0 = one window)")
@@ -48,8 +49,8 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--targets", default=None,
                    help="what to build: index, consumequeue, or index,consumequeue (one read of the CommitLog "
                         "feeds both, as the broker's dispatch does; default index)")
-    b.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
-                   help="ConsumeQueue file size in bytes, rounded up to a multiple of 20 as the broker does "
+    b.add_argument("--cq-file-size", type=size_arg("--cq-file-size"), default=None,
+                   help="ConsumeQueue file size (6000000, 1m...), rounded up to a multiple of 20 as the broker does "
                         f"(default {L.DEFAULT_CQ_FILE_SIZE}: mappedFileSizeConsumeQueue)")
     b.add_argument("--broker-conf", default=None,
                    help="the properties file the broker was started with (mqbroker -c FILE): its messageDelayLevel, "
@@ -128,19 +129,53 @@ def run_build(a: argparse.Namespace) -> int:
 def build_config(a) -> tuple:
     """The build's settings and where each came from: a flag, else the broker's properties file
     (``--broker-conf``), else ``--conf``, else the default."""
-    from rocketidx.config import BuildConfig, broker_settings, load_config
+    from rocketidx.config import BuildConfig, broker_settings, conf_settings, load_config
     broker = broker_settings(a.broker_conf) if getattr(a, "broker_conf", None) else {}
     flags = {"hash_slot_num": a.hash_slots, "index_num": a.index_num, "cq_file_size": getattr(a, "cq_file_size", None)}
     from_broker = {"hash_slot_num": broker.get("maxHashSlotNum"), "index_num": broker.get("maxIndexNum"),
                    "cq_file_size": broker.get("mappedFileSizeConsumeQueue"),
                    "delay_levels": broker.get("messageDelayLevel")}
     chosen = {k: flags.get(k) if flags.get(k) is not None else from_broker[k] for k in from_broker}
-    cfg = load_config(a.conf, window_ms=a.window, timezone=a.timezone, check_crc=False if a.no_crc else None,
-                      targets=getattr(a, "targets", None), **chosen)
-    conf = load_config(a.conf)
+    try:
+        cfg = load_config(a.conf, window_ms=a.window, timezone=a.timezone, check_crc=False if a.no_crc else None,
+                          targets=getattr(a, "targets", None), **chosen)
+    except ConfigError as e:
+        raise as_given(e, a, flags, from_broker) from None
+    conf = conf_settings(a.conf)
     said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
-            else "conf" if getattr(conf, k) != getattr(BuildConfig(), k) else "default" for k in from_broker}
+            else "conf" if conf.get(k, getattr(BuildConfig(), k)) != getattr(BuildConfig(), k) else "default"
+            for k in from_broker}
     return cfg, said
+
+
+# The sizes' names where a user gives them: the flag, and the key of the broker's properties file.
+SIZE_FLAGS = {"hash_slot_num": ("--hash-slots", "maxHashSlotNum"), "index_num": ("--index-num", "maxIndexNum"),
+              "cq_file_size": ("--cq-file-size", "mappedFileSizeConsumeQueue")}
+
+
+def as_given(e: ConfigError, a, flags: dict, from_broker: dict) -> ConfigError:
+    """A settings error in the words the user gave them: ``--hash-slots`` rather than ``hash_slot_num``,
+    the --broker-conf key or the --conf setting a value came from, and a default said to be one (a flag
+    that makes an IndexFile too large used to be blamed on ``index_num``, a flag not given)."""
+    from rocketidx.config import BuildConfig, conf_settings
+    fields = str(e.option).split(", ")
+    if not set(fields) <= set(SIZE_FLAGS):
+        return e
+    values = e.value if len(fields) > 1 else (e.value,)
+
+    def named(field: str) -> tuple[str, bool]:
+        """(where the value came from, as an option, e.g. ``--broker-conf maxHashSlotNum``; a default?)"""
+        flag, key = SIZE_FLAGS[field]
+        if flags.get(field) is not None:
+            return flag, False
+        if from_broker.get(field) is not None:
+            return f"--broker-conf {key}", False
+        if conf_settings(a.conf).get(field, getattr(BuildConfig(), field)) != getattr(BuildConfig(), field):
+            return f"--conf {field}", False
+        return flag, True
+    given = sorted(zip(fields, values), key=lambda fv: named(fv[0])[1])  # what the user gave first
+    others = ", ".join(f"{named(f)[0]} {v}" + (" (the default)" if named(f)[1] else "") for f, v in given[1:])
+    return ConfigError(named(given[0][0])[0], given[0][1], (f"with {others}, " if others else "") + e.reason)
 
 
 def _work_bytes(a, segments, cfg, tindex) -> int:

@@ -1,11 +1,53 @@
-"""What the commands share: the engine flags, the Spark settings they read, the one-line refusal of a
-Spark flag where Spark does not run, and the broker's own properties file (``--broker-conf``)."""
+"""What the commands share: the parser (one-line usage errors, ``-v`` and ``--version``), the engine flags,
+the Spark settings they read, the one-line refusal of a Spark flag where Spark does not run, and the
+broker's own properties file (``--broker-conf``)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from rocketidx.units import count_arg, size_arg
+
+_DASH_DIGIT = re.compile(r"^-\d")  # -1h, -5, -0.5g: no option of ours looks like this, a value may
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with a usage error in one line (``rocketidx build: error: --window: 'abc': expected a
+    duration like 1h ... (see rocketidx build --help)``) instead of the whole usage before it; and a long
+    option's value that starts with a dash and a digit (``--window -1h``) passed to the option as
+    ``--window=-1h``, so that its own parser refuses it with the reason (argparse takes ``-1h`` for an
+    option and says ``expected one argument``). Subparsers are made of the same class."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        joined: list[str] = []
+        for token in sys.argv[1:] if args is None else args:
+            last = joined[-1] if joined else ""
+            if _DASH_DIGIT.match(token) and last.startswith("--") and "=" not in last and last != "--":
+                joined[-1] = f"{last}={token}"
+            else:
+                joined.append(token)
+        return super().parse_known_args(joined, namespace)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message.removeprefix('argument ')} (see {self.prog} --help)\n")
+
+
+def add_verbose(p: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """``-v``/``--verbose``, counted. Before the command (``rocketidx -v build``) and after it (``rocketidx
+    build -v``) alike: a command's own copy leaves the count alone unless it is given there."""
+    p.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS if after_command else 0,
+                   help="log more (-v info, -vv debug), before or after the command")
+
+
+def package_version() -> str:
+    """The installed distribution's version (pyproject.toml's), or what stands in for it when rocketidx
+    runs from a tree no installer recorded (a --py-files zip)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("rocketidx")
+    except PackageNotFoundError:
+        return "(version unknown: not installed)"
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str | None, engine_flag: bool) -> None:
@@ -19,7 +61,7 @@ def add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str 
     p.add_argument("--spark-conf", default=spark_conf, help="Spark settings and split size (default conf/spark.json)")
     p.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None,
                    help="byte range per read task (default 128m)")
-    p.add_argument("--partitions", type=count_arg("--partitions"), default=None,
+    p.add_argument("--partitions", type=count_arg("--partitions", 1), default=None,
                    help="writer partitions (default: cores)")
 
 

@@ -146,8 +146,8 @@ def add_parser(sub) -> None:
     q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
                    help=f"most offsets per key (default {L.DEFAULT_MAX_MSGS_NUM_BATCH}; larger values are capped at "
                         f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
-    q.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
-    q.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
+    q.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
+    q.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     add_broker_conf(q)
     q.add_argument("--consumequeue", help="look a queue slot up instead of a key, as a restarted broker's "
                                           "ConsumeQueue.get does: a build output, a broker store, or a consumequeue "

@@ -92,3 +92,17 @@ def test_the_help_of_the_command_line_and_the_jobs_says_the_exit_codes():
         out = " ".join(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())
         for code in ("0 done", "1 the input has problems", "2 could not run", "130 interrupted"):
             assert code in out, (cmd[-2], code)
+
+
+def test_version_and_verbose_before_or_after_the_command(small, capsys):
+    """Issue 31 item 20: ``rocketidx --version`` was "required: command", ``rocketidx build -v`` was
+    "unrecognized arguments: -v"."""
+    from importlib.metadata import version
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.strip() == f"rocketidx {version('rocketidx')}"
+    base = ["build", "--commitlog", "s", "--out", "o"]
+    counts = {tuple(argv): cli._parser().parse_args(argv).verbose
+              for argv in (base, ["-v", *base], [*base, "-v"], [*base, "-vv"], ["build", "-v", *base[1:]])}
+    assert list(counts.values()) == [0, 1, 1, 2, 1]
+    assert cli.main(["query", "-v", "--index", str(small / "o"), "--topic", "Topic0", "--key", "K1"]) == 0

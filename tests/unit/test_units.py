@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rocketidx import cli
-from rocketidx.config import load_config
+from rocketidx.config import BuildConfig, load_config
 from rocketidx.errors import ConfigError
 from rocketidx.spark.session import load_spark_settings
 from rocketidx.spark.sources.commitlog import SourceOptions
@@ -98,3 +98,71 @@ def test_a_duration_is_printed_as_it_is_written():
     for text in ("1h", "10m", "90s", "250ms", "2d", "0"):
         assert format_duration(parse_duration_ms(text)) == text
     assert format_duration(5_400_000) == "90m" and format_duration(3_600_001) == "3600001ms"
+
+
+# --- issue 31 items 13, 14, 15: settings errors in the user's words, one line each ---------------------------
+
+def usage_error(capsys, *argv) -> str:
+    """The stderr of a command argparse refuses (exit 2), which must be one line."""
+    with pytest.raises(SystemExit) as stop:
+        cli.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("value", ["-5", "0"])
+def test_hash_slots_below_one_is_refused_with_one_message(tmp_path, capsys, value):
+    """Item 14: -5 was "must be at least 0" at parse time, and 0 then "must be a positive integer"."""
+    err = usage_error(capsys, "build", "--commitlog", tmp_path, "--out", tmp_path / "o", "--hash-slots", value)
+    assert err == f"rocketidx build: error: --hash-slots: '{value}': must be a positive integer " \
+                  "(see rocketidx build --help)"
+    with pytest.raises(ConfigError, match="must be a positive integer"):  # the same words from a --conf file
+        BuildConfig(hash_slot_num=0)
+
+
+def test_cq_file_size_takes_the_size_units_other_sizes_take(tmp_path, capsys):
+    """Item 14: ``--cq-file-size 1m`` was "expected a whole number"; 1 MiB is rounded up to a multiple of
+    20 as the broker rounds mappedFileSizeConsumeQueue."""
+    assert cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "500", "--segment-bytes", "64k"]) == 0
+    assert cli.main(["build", "--commitlog", str(tmp_path / "s"), "--out", str(tmp_path / "o"), "--in-process",
+                     "--targets", "consumequeue", "--cq-file-size", "1m"]) == 0
+    assert json.loads((tmp_path / "o" / "_manifest.json").read_text())["consumequeues"]["file_size"] == 1_048_580
+    err = usage_error(capsys, "build", "--commitlog", tmp_path / "s", "--out", tmp_path / "o2", "--cq-file-size", "0")
+    assert "--cq-file-size: '0': must be positive" in err
+
+
+@pytest.mark.parametrize("value, says", [
+    ("abc", "'abc': expected a duration like 1h, 15m, 90s, 250ms or 0"),  # after 14 lines of usage
+    ("-1h", "'-1h': must not be negative"),  # was "expected one argument": -1h read as an option
+])
+def test_a_bad_window_is_one_line_naming_the_flag_and_the_help(tmp_path, capsys, value, says):
+    """Item 15."""
+    err = usage_error(capsys, "build", "--commitlog", tmp_path, "--out", tmp_path / "o", "--window", value)
+    assert err == f"rocketidx build: error: --window: {says} (see rocketidx build --help)"
+    assert not (tmp_path / "o").exists()
+    assert "--from-offset: '-5': must be at least 0" in usage_error(
+        capsys, "build", "--commitlog", tmp_path, "--out", tmp_path / "o", "--from-offset", "-5")
+
+
+@pytest.mark.parametrize("given, blamed, beside", [
+    (["--hash-slots", "500000000"], "--hash-slots=500000000", "--index-num 20000000 (the default)"),
+    (["--index-num", "200000000"], "--index-num=200000000", "--hash-slots 5000000 (the default)"),
+    (["--hash-slots", "600000000", "--index-num", "1000000"], "--hash-slots=600000000", "--index-num 1000000,"),
+    (["--broker-conf", "{broker}"], "--broker-conf maxHashSlotNum=500000000", "--index-num 20000000 (the default)"),
+    (["--conf", "{conf}"], "--conf hash_slot_num=500000000", "--index-num 20000000 (the default)"),
+])
+def test_an_index_file_too_large_to_map_names_what_the_user_gave(tmp_path, capsys, given, blamed, beside):
+    """Item 13: ``--hash-slots 500000000`` was refused naming ``index_num``, a flag not given. The error names
+    the flag, --broker-conf key or --conf setting the size came from, the other size, and the limit; a flag
+    overriding a --conf size that is too large on its own is not refused for the file's value."""
+    broker, conf = tmp_path / "broker.conf", tmp_path / "defaults.json"
+    broker.write_text("maxHashSlotNum=500000000\n")
+    conf.write_text(json.dumps({"index": {"hash_slot_num": 500_000_000}}))
+    given = [g.format(broker=broker, conf=conf) for g in given]
+    rc = cli.main(["build", "--commitlog", str(tmp_path / "none"), "--out", str(tmp_path / "o"), *given])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"rocketidx build: ConfigError: {blamed}: with {beside}") and "index_num" not in err, err
+    assert "bytes is over the 2,147,483,647 a broker can map" in err and not (tmp_path / "o").exists()
+    assert load_config(conf, hash_slot_num=1000).hash_slot_num == 1000
