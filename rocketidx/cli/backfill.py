@@ -8,7 +8,7 @@ import json
 from rocketidx.cli.common import add_broker_conf, add_engine_arguments, apply_broker_conf, spark_flag_misused, spark_settings
 from rocketidx.errors import ConfigError, StoreLayoutError
 import rocketidx.storage as storage
-from rocketidx.units import count_arg, duration_arg
+from rocketidx.units import count_arg, duration_arg, size_arg
 
 
 def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | None = None,
@@ -19,9 +19,9 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--window", type=duration_arg("--window"), default=0,
                     help="window length of the new files, as build's --window (a bare number is "
                          "milliseconds; default 0: one sequence, as the broker writes)")
-    bf.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None,
+    bf.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None,
                     help="default: read off the existing files, else the broker's 5000000")
-    bf.add_argument("--index-num", type=count_arg("--index-num"), default=None,
+    bf.add_argument("--index-num", type=count_arg("--index-num", 1), default=None,
                     help="default: read off the existing files, else the broker's 20000000")
     bf.add_argument("--timezone", default="local", help="zone of new file names (default: this host's)")
     bf.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading the CommitLog")
@@ -32,7 +32,7 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     bf.add_argument("--remove-unexplained", action="store_true",
                     help="also move to the backup the queues no rebuild makes (light %%LMQ%% queues, topics the log "
                          "no longer holds); by default they are left as they are and listed")
-    bf.add_argument("--cq-file-size", type=count_arg("--cq-file-size"), default=None,
+    bf.add_argument("--cq-file-size", type=size_arg("--cq-file-size"), default=None,
                     help="queue file size where the store's own files do not tell it (default: the size most of "
                          "them share, else the broker's 6000000)")
     bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")

@@ -184,8 +184,8 @@ def add_parser(sub) -> None:
                    help="with --store: the broker's RocketMQ release (e.g. 4.9.8, 5.3.2; default 5.x), for what a "
                         "restart would dispatch again (docs/verify.md)")
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
-    v.add_argument("--hash-slots", type=count_arg("--hash-slots"), default=None, help=HASH_SLOTS_HELP)
-    v.add_argument("--index-num", type=count_arg("--index-num"), default=None, help=INDEX_NUM_HELP)
+    v.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
+    v.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     v.add_argument("--no-crc", action="store_true", help="skip the body CRC check while reading")
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.add_argument("--in-process", action="store_true", help="check in this process, no Spark")

@@ -121,6 +121,16 @@ def test_hash_slots_below_one_is_refused_with_one_message(tmp_path, capsys, valu
         BuildConfig(hash_slot_num=0)
 
 
+@pytest.mark.parametrize("command", [["backfill", "--store", "s"], ["verify", "--index", "i"],
+                                     ["query", "--index", "i", "--topic", "T", "--key", "k"],
+                                     ["stats", "--index", "i"]])
+@pytest.mark.parametrize("flag", ["--hash-slots", "--index-num"])
+def test_every_command_refuses_a_size_below_one_alike(capsys, command, flag):
+    """Item 14, for every command that takes the sizes."""
+    err = usage_error(capsys, *command, flag, "-5")
+    assert f"error: {flag}: '-5': must be a positive integer" in err
+
+
 def test_cq_file_size_takes_the_size_units_other_sizes_take(tmp_path, capsys):
     """Item 14: ``--cq-file-size 1m`` was "expected a whole number"; 1 MiB is rounded up to a multiple of
     20 as the broker rounds mappedFileSizeConsumeQueue."""
