@@ -28,7 +28,7 @@ from rocketidx.errors import ConfigError, UnsafeOutputError
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX
 import rocketidx.storage as storage
 
-# A broker store's own entries (spec index-build.md §1). ``index`` counts only as a real directory
+# A broker store's own entries (what RocketMQ keeps under storePathRootDir). ``index`` counts only as a real directory
 # holding IndexFiles: a rocketidx output's ``index`` is a symlink into its current version.
 BROKER_DIRS = ("commitlog", "consumequeue")
 BROKER_FILES = ("checkpoint", "abort", "lock")
