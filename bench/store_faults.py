@@ -158,7 +158,14 @@ def one_store(c: int, seed: int, bases: list[dict], work: Path) -> tuple[list[st
         if not report.areas["index"].clean:
             raise Failure(f"false report on the intact index: {dict(report.areas['index'].counts)}")
         reported = not report.areas["consumequeue"].clean
-        if not reported and _tree(store / "consumequeue") == base["queues"]:
+        # Queues no rebuild makes (issue 31: extra-queue's queue 99) are listed apart, never problems, and the
+        # repair leaves them as they are: the clean base plus exactly those files is where it must end.
+        unexplained = set(report.state.get("unexplained_queues", {}))
+        kept = {k: v for k, v in _tree(store / "consumequeue").items()
+                if k.rsplit("/", 1)[0] in unexplained}
+        if unexplained:
+            outcome.append(f"{kinds[0]}: verify listed {len(unexplained)} queue(s) apart as unexplained")
+        if not reported and _tree(store / "consumequeue") == base["queues"] | kept:
             outcome.append(f"{kinds[0]}: no damage left (the second undid it: {label}), verify clean")
         else:
             outcome.append(f"{kinds[0]}: verify {'reported' if reported else 'CLEAN'}")
@@ -181,8 +188,8 @@ def one_store(c: int, seed: int, bases: list[dict], work: Path) -> tuple[list[st
             raise Failure(f"disagreement: verify {'reported' if reported else 'found nothing'}, the repair "
                           f"{'changed' if changed else 'kept'} the queues ({label}; {dict(report.areas['consumequeue'].counts)})")
         step = "after the repair"
-        if _tree(store / "consumequeue") != base["queues"]:
-            raise Failure(f"the repaired queues are not the clean base's ({label})")
+        if _tree(store / "consumequeue") != base["queues"] | kept:
+            raise Failure(f"the repaired queues are not the clean base's (with the unexplained ones kept) ({label})")
         if {p.name: p.stat().st_ino for p in (store / "index").iterdir()} != index_inodes or not r.index.plan.nothing_to_do:
             raise Failure("the repair touched the intact index")
         if crashed and changed and read_checkpoint(store)["logics_msg_timestamp_ms"] != base["newest"]:

@@ -182,7 +182,9 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             first_store_time=lambda seg: _first_store_time(seg, check_crc))
         state["restart_model"] = model.as_dict()
         state["recovery_start"] = {"offset": model.redispatch_from, "how": model.how}
-        if switches.message_index_enable and (sizes is not None or pre.problems or rebuilt.entries):
+        # With messageIndexEnable (the default) every key of the log belongs in the index: a store whose
+        # index/ lost every file (or never had one) lacks them all, and the restart model says which come back.
+        if switches.message_index_enable:
             report.areas["index"] = _index_area(files, pre, rebuilt, model, commitlog, check_crc, index_check)
             state["restart_model"]["index"] = _index_state(report.areas["index"], model)
             again = (f"it dispatches at or past offset {model.reindex_from}" if model.reindex_from is not None
