@@ -69,8 +69,13 @@ def resolve_paths(args: argparse.Namespace) -> None:
     Spark tasks, a manifest and ``--json`` all see the path the user meant, from any directory), a URI as
     given. Called before a command runs, inside :func:`exit_code`: a bad ``file://`` URI is exit 2."""
     for name in PATH_ARGS:
-        if isinstance(getattr(args, name, None), str):
-            setattr(args, name, storage.resolve(getattr(args, name)))
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value.lower() not in WORDS_NOT_PATHS.get(name, ()):
+            setattr(args, name, storage.resolve(value))
+
+
+# Values of a path flag that are words, not paths (``--time-index none``): left as typed.
+WORDS_NOT_PATHS = {"time_index": ("none",)}
 
 
 def exit_code(prog: str, run: Callable[[], int], interrupted: str = "the previous output is unchanged") -> int:

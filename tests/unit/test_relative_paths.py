@@ -109,3 +109,17 @@ def test_same_log_compares_resolved_paths_and_a_relative_record_by_its_names(tmp
     assert _same_log("s3://b/store/commitlog", "s3://b/store/commitlog/")
     assert not _same_log(str(log), "s3://b/nc/store/commitlog")
     assert os.path.isabs(storage.resolve("store"))
+
+
+def test_a_word_that_is_not_a_path_stays_a_word(tmp_path, monkeypatch):
+    """``--time-index none`` means no time index, not a directory named none (it once became <cwd>/none)."""
+    import argparse
+
+    from rocketidx.cli import resolve_paths
+    monkeypatch.chdir(tmp_path)
+    a = argparse.Namespace(time_index="none", out="o")
+    resolve_paths(a)
+    assert a.time_index == "none" and a.out == str(tmp_path / "o")
+    a = argparse.Namespace(time_index="ti")
+    resolve_paths(a)
+    assert a.time_index == str(tmp_path / "ti")
