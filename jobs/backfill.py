@@ -22,7 +22,6 @@ executors on other hosts, the store must be a mount they share with the driver.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -43,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     from rocketidx.cli import EXIT_CODES_HELP, INTERRUPTED_LEAVES, exit_code, resolve_paths
     from rocketidx.cli.backfill import add_backfill_arguments, run_backfill_command
-    p = argparse.ArgumentParser(prog="backfill", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
+    from rocketidx.cli.common import OneLineParser
+    p = OneLineParser(prog="backfill", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     add_backfill_arguments(p, spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)

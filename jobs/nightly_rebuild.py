@@ -24,7 +24,6 @@ each file on their local disk and upload it, and the commit writes ``OUT/CURRENT
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from pathlib import Path
@@ -45,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 def _run(argv: list[str] | None) -> int:
     from rocketidx.cli.build import add_build_arguments, run_build
     from rocketidx.cli import EXIT_CODES_HELP, exit_code, resolve_paths
-    p = argparse.ArgumentParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
+    from rocketidx.cli.common import OneLineParser
+    p = OneLineParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)

@@ -176,3 +176,18 @@ def test_an_index_file_too_large_to_map_names_what_the_user_gave(tmp_path, capsy
     assert err.startswith(f"rocketidx build: ConfigError: {blamed}: with {beside}") and "index_num" not in err, err
     assert "bytes is over the 2,147,483,647 a broker can map" in err and not (tmp_path / "o").exists()
     assert load_config(conf, hash_slot_num=1000).hash_slot_num == 1000
+
+
+@pytest.mark.parametrize("job, args", [("nightly_rebuild", ["--commitlog", "x", "--out", "y", "--window", "abc"]),
+                                       ("backfill", ["--store", "x", "--window", "-1h"])])
+def test_the_jobs_give_a_usage_error_in_one_line_too(job, args, capsys):
+    """Item 15 for spark-submit's entry points: the one-line parser of the command line."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.spec_from_file_location(job, Path(__file__).parents[2] / "jobs" / f"{job}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(SystemExit) as e:
+        mod.main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith(f"{job}: error: --window: ")
