@@ -59,3 +59,27 @@ def test_a_dry_run_needs_only_read_access(tmp_path, capsys, monkeypatch):
     assert "lock is taken shared, so read access is enough" in out
     assert main(["backfill", "--store", str(store), "--in-process"] + flags) == 2  # a repair still needs it
     assert "Permission denied" in capsys.readouterr().err
+
+
+def test_an_interrupt_after_the_queue_swap_says_the_queues_are_repaired(tmp_path, capsys, monkeypatch):
+    """Item 16: the line an interrupted backfill prints tells what a finished queue swap left (before, it
+    spoke of the index alone while the queue repair was already installed)."""
+    import signal
+
+    import rocketidx.backfill.repair as repair
+    from rocketidx.interrupts import Interrupted
+    store, sizes = store_of(CASE, tmp_path / "store")
+    victim = sorted(biggest(store).iterdir())[-1]
+    victim.unlink()
+    index_before = sorted(p.name for p in (store / "index").iterdir())
+
+    def cut(*a, **kw):
+        raise Interrupted(signal.SIGINT)
+    monkeypatch.setattr(repair, "backfill_locked", cut)
+    flags = ["--hash-slots", str(sizes["hash_slot_num"]), "--index-num", str(sizes["index_num"])]
+    assert main(["backfill", "--store", str(store), "--in-process"] + flags) == 130
+    captured = capsys.readouterr()
+    assert "consumequeue: replaced 0, wrote 1" in captured.out
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and "the queues' repair is in place once 'consumequeue: replaced' was printed" in err[0]
+    assert victim.exists() and sorted(p.name for p in (store / "index").iterdir()) == index_before
