@@ -1,7 +1,7 @@
 """The fault campaign of issue 12, kept in the repository: ``make faults`` (a small sample runs in the unit
 suite, tests/unit/test_faults_sample.py).
 
-Eight parts, each printing counts per outcome and keeping a reproducer for every failure under
+Nine parts, each printing counts per outcome and keeping a reproducer for every failure under
 ``bench-data/faults/repro/<part>-<n>/`` (the inputs, the command and the traceback):
 
 * ``logs``: ``--logs`` mutated CommitLogs (default 50,000), each made from one of three small generated
@@ -50,7 +50,15 @@ Eight parts, each printing counts per outcome and keeping a reproducer for every
   into ``s3://`` (the S3 test server), each with one executor JVM killed with -9 at a random moment: every job
   must finish with its output byte-identical to an uninterrupted run's and nothing else under it.
 
-Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues,stores,executors``;
+* ``indexloss``: ``--index-loss-cases`` broker stores that lost IndexFiles (default 2,000;
+  bench/index_loss_faults.py): the newest k files deleted (k from 1 to all) or one from the middle, the
+  queues intact, cut at a CommitLog offset or deleted, a checkpoint of random store times, with and without
+  ``abort``. The campaign's own restart model (RocketMQ 5.x's recovery, written there) says which entries a
+  restart would not restore; ``verify --store --json`` must report exactly those (and the restored count, the
+  queues' end, the last file's endPhyOffset and the files a crash deletes); after ``backfill --store`` the
+  model finds nothing lost, ``verify --store`` is clean and ``query`` answers every key as a full rebuild.
+
+Results: stdout and ``bench-data/results-faults.json``. ``--only logs,index,kills,race,engines,queues,stores,executors,indexloss``;
 ``--workers``.
 """
 from __future__ import annotations
@@ -948,6 +956,18 @@ def run_store_part(cases: int, kills: int, messages: int, seed: int = 1, workers
         shutil.rmtree(work, ignore_errors=True)
 
 
+# --- part 9: stores that lost IndexFiles, against the campaign's restart model -----------------------
+
+def run_index_loss_part(cases: int, seed: int = 1, workers: int = 2) -> tuple[Counter, list[dict]]:
+    from index_loss_faults import run_index_loss
+    work = scratch_root()
+    try:
+        counts, failures = run_index_loss(cases, seed, work, workers)
+        return counts, [_keep(f) for f in failures]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 # --- main -------------------------------------------------------------------------------------------
 
 def run_executor_part(kills: int, messages: int, seed: int = 1) -> tuple[Counter, list[dict]]:
@@ -970,13 +990,15 @@ def _print(part: str, counts: Counter, failures: list[dict], seconds: float) -> 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--only", default="logs,index,kills,race,engines,queues,stores,executors")
+    ap.add_argument("--only", default="logs,index,kills,race,engines,queues,stores,executors,indexloss")
     ap.add_argument("--queue-cases", type=int, default=2_000, help="queues: damaged ConsumeQueues through verify")
     ap.add_argument("--store-cases", type=int, default=20_000,
                     help="stores: damaged broker stores through verify --store and backfill")
     ap.add_argument("--repair-kills", type=int, default=20, help="stores: backfill --targets index,consumequeue killed")
     ap.add_argument("--executor-kills", type=int, default=8,
                     help="executors: nightly jobs on a standalone cluster, each losing an executor to kill -9")
+    ap.add_argument("--index-loss-cases", type=int, default=2_000,
+                    help="indexloss: stores that lost IndexFiles through verify --store and backfill")
     ap.add_argument("--logs", type=int, default=50_000)
     ap.add_argument("--index-cases", type=int, default=1_000)
     ap.add_argument("--kills", type=int, default=10, help="per kind: in-process build, Spark build, backfill")
@@ -1009,6 +1031,8 @@ def main(argv=None) -> int:
             counts, failures = run_store_part(a.store_cases, a.repair_kills, a.kill_messages, a.seed, a.workers)
         elif part == "executors":
             counts, failures = run_executor_part(a.executor_kills, a.kill_messages, a.seed)
+        elif part == "indexloss":
+            counts, failures = run_index_loss_part(a.index_loss_cases, a.seed, a.workers)
         else:
             raise SystemExit(f"unknown part {part}")
         seconds = time.monotonic() - t
