@@ -380,7 +380,7 @@ def one_case(c: int, seed: int, bases: list[Base], work: Path) -> tuple[Counter 
     rng = random.Random(seed * 7_919 + c)
     base = bases[c // 12 % len(bases)]
     store, kept = work / f"s{c}", work / f"damaged-{c}"
-    step, done, model, cmds = "damage", {}, None, []
+    step, done, model, cmds, disagreement = "damage", {}, None, [], None
     try:
         done = damage(c, rng, base, store)
         label = f"{done['index']}/{done['queues']}/{'crash' if done['crash'] else 'clean'}"
@@ -413,7 +413,8 @@ def one_case(c: int, seed: int, bases: list[Base], work: Path) -> tuple[Counter 
         if "index" not in report["areas"]:
             wrong["no index area"] = "no index area in the report"
         if wrong:
-            raise Failure(f"verify disagrees with the model: {'; '.join(wrong.values())}", ", ".join(wrong))
+            # counted, and the repair still checked: its failures are counted apart
+            disagreement = Failure(f"verify disagrees with the model: {'; '.join(wrong.values())}", ", ".join(wrong))
         step = "backfill"
         cmds.append(["rocketidx", "backfill", "--store", "STORE"] + BACKFILL)
         code, out, err = run_cli(["backfill", "--store", str(store)] + BACKFILL)
@@ -448,6 +449,9 @@ def one_case(c: int, seed: int, bases: list[Base], work: Path) -> tuple[Counter 
         if code != 0 or len(exact) != len(ask) or lost:
             raise Failure(f"query --exact after the repair: exit {code}, {len(lost)} of {len(ask)} keys answered "
                           f"other than the log: {lost[:3]} {err.strip()[-200:]}", "query --exact answers differ")
+        if disagreement is not None:
+            step = "verify --store"
+            raise disagreement
         outcome = [f"{label}: model = verify = repaired store"]
         outcome.append(f"{label}: {'entries lost' if model['lost'] else 'nothing lost'}"
                        f"{', some restored' if model['restored'] else ''}")
@@ -472,7 +476,11 @@ def one_case(c: int, seed: int, bases: list[Base], work: Path) -> tuple[Counter 
                 "commands": cmds, "dir": str(kept),
                 "error": str(e) if isinstance(e, Failure) else traceback.format_exc(limit=10)}
         what = (f": {e.kind}" if e.kind else "") if isinstance(e, Failure) else " (untyped exception)"
-        return [f"FAILURE {step}{what}"], fail
+        labels = [f"FAILURE {step}{what}"]
+        if disagreement is not None and e is not disagreement:  # verify disagreed, and then the repair failed
+            labels.append(f"FAILURE verify --store: {disagreement.kind}")
+            fail["error"] = f"{disagreement}\n{fail['error']}"
+        return labels, fail
     finally:
         shutil.rmtree(store, ignore_errors=True)
 
