@@ -214,7 +214,7 @@ def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check
         and all(same_bytes(f.path, b) for f, b in zip(files, rebuilt.index))
     # The record at the last file's end is taken again when the re-dispatch reaches it: its entries that the
     # files lack are restored, not lost (open_end).
-    again = model.reindex_from is not None and model.reindex_from <= model.index_end_phy_offset
+    again = bool(kept) and model.reindex_from is not None and model.reindex_from <= model.index_end_phy_offset
     if same:
         idx = verify_index(kept)
         idx.expected_entries, idx.covered_range = rebuilt.entries, rebuilt.covered
