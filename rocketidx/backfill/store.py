@@ -167,6 +167,13 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
         for st in plan.files:
             if st.end_timestamp > index_ts:
                 st.status, st.reason = "broker-deletes", f"endTimestamp > checkpoint {index_ts}"
+        # Store times need not rise from file to file: a file the broker keeps may follow one it deletes. The
+        # kept files must stay a prefix of the sequence (the rebuild starts at the last one's end), so such a
+        # file is replaced too, or the deleted file's range would never be rebuilt.
+        first = next((i for i, st in enumerate(plan.files) if st.status == "broker-deletes"), None)
+        for st in plan.files[first + 1:] if first is not None else []:
+            if st.status == "keep":
+                st.status, st.reason = "after-damaged", "follows a file the broker deletes"
     candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
     # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
     report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True,

@@ -14,6 +14,8 @@ import pytest
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
 from rocketidx.backfill.store import make_plan, run_backfill
+from rocketidx.build.local import build_index
+from rocketidx.config import BuildConfig
 from rocketidx.output.broker import read_checkpoint, write_checkpoint_index_ts
 from rocketidx.cli import main
 from rocketidx.errors import StoreLayoutError, StoreLockedError
@@ -222,3 +224,30 @@ def test_a_backfill_stopped_at_any_step_of_its_install_is_rolled_back_by_the_nex
     assert not bf.interrupted(store)
     assert {p.name: p.read_bytes() for p in (store / "index").iterdir()} == want
     assert (store / "checkpoint").read_bytes() == (twin / "checkpoint").read_bytes()
+
+
+def test_a_kept_file_after_one_the_broker_deletes_is_replaced_too(tmp_path, monkeypatch):
+    """Store times may step back (a clock correction): file 1 can end before file 0 does. A crash whose
+    checkpoint lies between deletes file 0 and keeps file 1; the backfill must rebuild file 0's range, so it
+    replaces file 1 as well (the kept files stay a prefix). Found by make faults' indexloss part: before, file
+    0's keys were lost after the repair."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import index_loss_faults
+    from index_loss_faults import step_clock_back
+    store, files = broker_store(tmp_path, 8000)
+    monkeypatch.setattr(index_loss_faults, "SEGMENT_BYTES", 2 << 20)  # broker_store's segments
+    step_clock_back(store, [files[1]["end_phy_offset"]], 2_000_000)
+    shutil.rmtree(store / "index")
+    shutil.rmtree(tmp_path / "full")
+    manifest, _ = build_index(store, tmp_path / "full", BuildConfig(hash_slot_num=SLOTS, index_num=ITEMS,
+                                                                   window_ms=0, timezone="UTC"))
+    files = manifest["files"]
+    assert files[1]["end_timestamp"] < files[0]["end_timestamp"]
+    shutil.copytree(tmp_path / "full" / "index", store / "index")
+    write_checkpoint_index_ts(store, files[1]["end_timestamp"])  # file 0 and files 2.. go, file 1 stays
+    (store / "abort").touch()
+    plan = make_plan(store, hash_slot_num=SLOTS, index_num=ITEMS)
+    assert [s.status for s in plan.files[:2]] == ["broker-deletes", "after-damaged"]
+    run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
+    assert assert_answers_like_full_rebuild(store, tmp_path / "full", 0) > 1000
