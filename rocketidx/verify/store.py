@@ -58,8 +58,7 @@ CQ_RESTART = {
 }
 REDISPATCH = ("a restart re-dispatches the records from offset {start} on ({how}), and a queue takes only those "
               "past its last entry: an entry missing before that stays missing and its message is never consumed")
-INDEX_RESTART = ("stays missing: the restart indexes only the records {again}, so queryMsgByKey never finds "
-                 "these keys until the index is repaired")
+INDEX_RESTART = "stays missing: {again}, so queryMsgByKey never finds these keys until the index is repaired"
 CHECKPOINT_RESTART = {
     "index-deleted-on-restart": "the abnormal restart deletes these IndexFiles and re-indexes only from the "
                                 "recovery start: keys of earlier messages are lost to queryMsgByKey",
@@ -187,8 +186,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         if switches.message_index_enable:
             report.areas["index"] = _index_area(files, pre, rebuilt, model, commitlog, check_crc, index_check)
             state["restart_model"]["index"] = _index_state(report.areas["index"], model)
-            again = (f"it dispatches at or past offset {model.reindex_from}" if model.reindex_from is not None
-                     else "none: it dispatches nothing the index takes")
+            again = (f"the restart indexes only the records it dispatches at or past offset {model.reindex_from}"
+                     if model.reindex_from is not None else "the restart indexes no record again")
             report.restart["index"] = {k: INDEX_RESTART.format(again=again) for k in report.areas["index"].counts}
             report.areas["checkpoint"] = _checkpoint_problems(files, model)
         # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
