@@ -302,6 +302,8 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     refs = [FileRef(f.path, f.hash_slot_num, f.index_num) for f in files]
     report = VerifyReport()
     if not files:
+        if commitlog is not None and gaps:  # every entry of the log is missing, as in process
+            add_gap_problems(report, log_gaps(commitlog, None, rules, check_crc=check_crc))
         return report
     cores = spark.sparkContext.defaultParallelism
     by_file = _check_structure(spark, files, refs, items_per_task, report)

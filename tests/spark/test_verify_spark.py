@@ -332,3 +332,18 @@ def test_another_log_is_said_and_every_file_counts_its_problems_on_spark(spark, 
     assert sum(f.problems for f in other.files) == sum(other.counts.values())
     same = verify_both(spark, tmp_path / "out", tmp_path / "A", slots=None, items=None, window=True, rules=rules)
     assert same.clean and same.log_mismatch is None
+
+
+@pytest.mark.parametrize("lost", ["newest", "oldest", "all"])
+def test_files_lost_at_either_end_are_the_same_uncovered_stretches(spark, damaged, lost):
+    """Issue 31 item 1: the log outside the files' offsets is judged the same on both engines."""
+    d, files, _ = damaged
+    for f in {"newest": files[-2:], "oldest": files[:1], "all": files}[lost]:
+        f.unlink()
+    if lost == "all":
+        core = verify_index([], G3 / "commitlog")  # no file left: the structure step has nothing to open
+        got = verify_index_spark([], G3 / "commitlog", spark=spark, split_bytes=SPLIT)
+        assert got.as_dict() == core.as_dict()
+        return
+    r = verify_both(spark, d, G3 / "commitlog")
+    assert r.counts["uncovered"] > 0 and r.gaps and not r.clean
