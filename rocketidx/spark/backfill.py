@@ -23,7 +23,12 @@ class SparkBuilder:
                  time_index="auto"):
         from rocketidx.spark.build import build_index_spark
         if self.spark is None:
+            from pyspark.sql import SparkSession
+
             from rocketidx.spark.session import get_session
+            # Only a session made here is stopped by close(): an active one (a notebook's, a test's, a command
+            # run inside another process) is left running, as spark_session leaves it.
+            self._own = SparkSession.getActiveSession() is None
             self.spark = get_session(self.settings.master, self.settings.conf, sources=False)
         return build_index_spark(commitlog, out, config, spark=self.spark, split_bytes=self.settings.split_bytes,
                                  shuffle_partitions=self.settings.shuffle_partitions, stats=self.stats,

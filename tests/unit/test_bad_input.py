@@ -321,15 +321,19 @@ def test_store_timestamps_before_1970_are_indexed(tmp_path):
 
 # --- bad settings -------------------------------------------------------------------------------------
 
+# Since issue 31 items 13 and 14 the error names the flag the user gave, not the setting behind it.
 @pytest.mark.parametrize("args,option", [
-    (["--index-num", "1"], "index_num"),
-    (["--hash-slots", "0"], "hash_slot_num"),
-    (["--hash-slots", "5000000", "--index-num", "200000000"], "index_num"),
+    (["--index-num", "1"], "--index-num"),
+    (["--hash-slots", "0"], "--hash-slots"),
+    (["--hash-slots", "5000000", "--index-num", "200000000"], "--index-num"),
     (["--timezone", "Mars/Olympus_Mons"], "timezone"),
 ])
 def test_cli_build_with_a_bad_setting_exits_2_naming_the_option(args, option, tmp_path, capsys):
     store = SCENARIOS["ipv4_v1"].write(tmp_path / "store")
-    rc, _, err = run_cli(capsys, "build", "--commitlog", store, "--out", tmp_path / "out", *args)
+    try:
+        rc, _, err = run_cli(capsys, "build", "--commitlog", store, "--out", tmp_path / "out", *args)
+    except SystemExit as e:  # refused by the argument parser, in one line
+        rc, err = e.code, capsys.readouterr().err
     assert rc == 2
     assert len(err.strip().splitlines()) == 1 and option in err and "Traceback" not in err
 

@@ -45,7 +45,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
     # `make bench` and `make faults` scripts, whose options docs/benchmarks.md names.
     "bench/bench.py": {"--no-spark"},
     "bench/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
-                        "--executor-kills"},
+                        "--executor-kills", "--index-loss-cases"},
     # Remote stores: Hadoop's classpath for libhdfs, and the local S3 server of the runnable example.
     "hadoop": {"--glob"}, "moto_server": set(),
     # Set-up and helpers quoted without long options: anything they gain must be listed here first.
