@@ -184,8 +184,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         # With messageIndexEnable (the default) every key of the log belongs in the index: a store whose
         # index/ lost every file (or never had one) lacks them all, and the restart model says which come back.
         if switches.message_index_enable:
-            report.areas["index"] = _index_area(files, pre, rebuilt, model, commitlog, check_crc, index_check)
-            state["restart_model"]["index"] = _index_state(report.areas["index"], model)
+            report.areas["index"], at_end = _index_area(files, pre, rebuilt, model, commitlog, check_crc, index_check)
+            state["restart_model"]["index"] = _index_state(report.areas["index"], model, at_end)
             again = (f"the restart indexes only the records it dispatches at or past offset {model.reindex_from}"
                      if model.reindex_from is not None else "the restart indexes no record again")
             report.restart["index"] = {k: INDEX_RESTART.format(again=again) for k in report.areas["index"].counts}
@@ -206,8 +206,9 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
 
 
 def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check_crc: bool, index_check
-                ) -> VerifyReport:
-    """The index as the restart leaves it (see :func:`verify_store`): problems are the entries it will lack."""
+                ) -> tuple[VerifyReport, int]:
+    """The index as the restart leaves it (see :func:`verify_store`): problems are the entries it will lack.
+    Also returns the entries of the record at the last file's end that the restart indexes again."""
     kept = [f for f in files if f.name not in model.index_deleted]
     same = bool(files) and not model.index_deleted and not pre.problems and len(files) == len(rebuilt.index) \
         and all(same_bytes(f.path, b) for f, b in zip(files, rebuilt.index))
@@ -221,15 +222,14 @@ def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check
         idx = index_check(kept, str(commitlog), check_crc=check_crc, open_start=True, open_end=again, gaps=False)
     else:
         idx = VerifyReport()
-    idx.restored_at_end = _missing_at(kept, model.index_end_phy_offset, commitlog, check_crc) if again and not \
-        same else 0
+    at_end = _missing_at(kept, model.index_end_phy_offset, commitlog, check_crc) if again and not same else 0
     covered = idx.covered_range
     if covered is None and kept:
         covered = _items_span(kept)
     add_gap_problems(idx, log_gaps(str(commitlog), covered, check_crc=check_crc, restored_from=model.reindex_from))
     idx.problems[:0] = pre.problems
     idx.counts.update(pre.counts)
-    return idx
+    return idx, at_end
 
 
 def _items_span(files) -> tuple[int, int] | None:
@@ -252,10 +252,10 @@ def _missing_at(files, offset: int, commitlog: Path, check_crc: bool) -> int:
     return max(0, want - have)
 
 
-def _index_state(idx: VerifyReport, model) -> dict:
+def _index_state(idx: VerifyReport, model, at_end: int) -> dict:
     """What the restart does to the index, for ``--json``: the files it deletes, where it takes records again,
     and how many entries the files lack that it restores and that it does not."""
-    restored = sum(g["entries"] for g in idx.gaps if g["restored"]) + getattr(idx, "restored_at_end", 0)
+    restored = sum(g["entries"] for g in idx.gaps if g["restored"]) + at_end
     return {"deleted_files": model.index_deleted, "end_phy_offset": model.index_end_phy_offset,
             "reindex_from": model.reindex_from, "restored_entries": restored,
             "lost_entries": idx.counts.get("missing", 0) + idx.counts.get("uncovered", 0)}
