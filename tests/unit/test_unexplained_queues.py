@@ -130,3 +130,15 @@ def test_the_plain_command_repairs_damaged_queues(tmp_path, capsys, targets):
     capsys.readouterr()
     if not args:
         assert main(["verify", "--store", str(store)] + flags) == 0, capsys.readouterr().out
+
+
+def test_a_topics_json_that_is_not_the_broker_s_is_one_line_naming_it(tmp_path, capsys):
+    """Bad input: a garbage config/topics.json stops the repair before anything moves, naming the file."""
+    store, flags, _ = _store(tmp_path)
+    (store / "config").mkdir()
+    (store / "config" / "topics.json").write_bytes(b"\x00garbage{")
+    before = _inodes(store)
+    assert main(["backfill", "--store", str(store), "--in-process"] + flags) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(store / "config" / "topics.json") in err[0] and "topicConfigTable" in err[0]
+    assert _inodes(store) == before
