@@ -183,3 +183,43 @@ def broker_settings(path: str | Path) -> dict[str, object]:
                 raise ConfigError(where, value, "must be a positive int, as the broker's setter takes it")
             got[key] = number
     return got
+
+
+_RELEASE = re.compile(r"^(\d+)(?:\.(\d+|x))?(?:\.(\d+|x))?$")
+
+
+@dataclass(frozen=True)
+class BrokerRelease:
+    """``--broker-version``: the RocketMQ release that wrote a store, for the rules that differ by release.
+
+    No broker.conf key names a version, and a 5.3 store cannot always be told from a 5.5 one, so it is
+    the user's to give; without it the rules are 8fc57f1's (the 5.x line up to 5.3), said on stderr.
+    """
+
+    given: str | None
+    line: str  # the restart model's release line: 5.x or 4.9.x (rocketidx.verify.restart)
+    tag_entries: bool  # 5.4.0 on: IndexService.buildIndex adds topic#T#TAGS per tagged message
+
+    @property
+    def rules(self) -> str:
+        if self.tag_entries:
+            return f"RocketMQ {self.given} (5.4.0 on: an index entry topic#T#TAGS per tagged message)"
+        if self.line == "4.9.x":
+            return f"RocketMQ {self.given} (the 4.9 line)"
+        if self.given is None:
+            return "RocketMQ 8fc57f1 (5.0 to 5.3; no --broker-version: a 5.4+ broker also indexes tags)"
+        return f"RocketMQ {self.given} (8fc57f1's, 5.0 to 5.3)"
+
+
+def broker_release(text: str | None) -> BrokerRelease:
+    """``4.9.8``, ``5.3.3``, ``5.5``, ``5.x`` ... -> :class:`BrokerRelease`; anything else is a ConfigError."""
+    if text is None:
+        return BrokerRelease(None, "5.x", False)
+    t = text.strip().lower().removeprefix("rocketmq-all-").removeprefix("v")
+    m = _RELEASE.match(t)
+    if m and m.group(1) == "4":
+        return BrokerRelease(text.strip(), "4.9.x", False)
+    if m and m.group(1) == "5":
+        minor = m.group(2)
+        return BrokerRelease(text.strip(), "5.x", minor is not None and minor != "x" and int(minor) >= 4)
+    raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.3, 5.5.0)")

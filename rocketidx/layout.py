@@ -85,6 +85,7 @@ NAME_VALUE_SEPARATOR: Final = "\x01"  # MessageDecoder.NAME_VALUE_SEPARATOR
 PROPERTY_KEYS: Final = "KEYS"
 PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"
 PROPERTY_TAGS: Final = "TAGS"
+INDEX_TAG_TYPE: Final = "T"  # MessageConst.INDEX_TAG_TYPE (5.4.0 on): the tag entry's key is topic#T#TAGS
 KEY_SEPARATOR: Final = " "  # MessageConst.KEY_SEPARATOR: only U+0020 splits KEYS
 
 

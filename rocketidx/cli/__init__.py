@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         resolve_paths(args)
-        return COMMANDS[args.command](args)
+        from rocketidx.commitlog.entries import index_rules
+        from rocketidx.config import broker_release
+        release = broker_release(getattr(args, "broker_version", None))
+        with index_rules(release.tag_entries):
+            return COMMANDS[args.command](args)
     try:
         return exit_code(f"rocketidx {args.command}", run, INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))
     finally:

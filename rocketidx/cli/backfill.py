@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from rocketidx.cli.common import add_broker_conf, add_engine_arguments, apply_broker_conf, spark_flag_misused, spark_settings
+from rocketidx.cli.common import (add_broker_conf, add_broker_version, add_engine_arguments, apply_broker_conf,
+                                  spark_flag_misused, spark_settings)
 from rocketidx.errors import ConfigError, StoreLayoutError
 import rocketidx.storage as storage
 from rocketidx.units import count_arg, duration_arg, size_arg
@@ -37,6 +38,7 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
                          "them share, else the broker's 6000000)")
     bf.add_argument("--json", action="store_true", help="print the plan and result as JSON")
     add_broker_conf(bf)
+    add_broker_version(bf)
     add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
 
 

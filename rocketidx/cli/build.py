@@ -6,7 +6,8 @@ import json
 import sys
 import time
 
-from rocketidx.cli.common import add_engine_arguments, spark_flag_misused, spark_settings
+from rocketidx.cli.common import BROKER_VERSION_HELP, add_engine_arguments, spark_flag_misused, spark_settings
+from rocketidx.config import broker_release
 from rocketidx.errors import ConfigError
 import rocketidx.layout as L
 import rocketidx.storage as storage
@@ -55,6 +56,7 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--broker-conf", default=None,
                    help="the properties file the broker was started with (mqbroker -c FILE): its messageDelayLevel, "
                         "mappedFileSizeConsumeQueue, maxHashSlotNum and maxIndexNum are used; flags win")
+    b.add_argument("--broker-version", default=None, help=BROKER_VERSION_HELP)
     b.add_argument("--time-index", default=None,
                    help="time index directory: a --from/--to-time build reads only the blocks it needs, a whole "
                         "read keeps it up to date (default OUT/_timeindex for a local OUT; 'none': neither)")
@@ -112,12 +114,15 @@ def run_build(a: argparse.Namespace) -> int:
         rss_mb = round(peak_rss_kb() / 1024, 1)
         print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
                               driver_peak_rss_mb=rss_mb, spark=spark_stats, unread_bytes=left_bytes,
-                              unread_segments=left_segments, settings_from=settings_from)))
+                              unread_segments=left_segments, settings_from=settings_from,
+                              index_rules=broker_release(getattr(a, "broker_version", None)).rules)))
     else:
         print_summary(summary, cfg.targets, left_bytes)
         if getattr(a, "broker_conf", None):
             print("settings: " + ", ".join(f"{k} {getattr(cfg, k)!r} from {v}" for k, v in settings_from.items()))
         print(f"engine: {engine.name} ({engine.reason})")
+        if cfg.index:
+            print(f"index rules: {broker_release(getattr(a, 'broker_version', None)).rules}")
         if spark_stats:
             print_spark_figures(spark_stats, wall)
         warning = reader_warning(summary.reader, engine.spark)

@@ -88,6 +88,15 @@ def add_broker_conf(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker-conf", default=None, help=BROKER_CONF_HELP)
 
 
+BROKER_VERSION_HELP = ("the broker's RocketMQ release (4.9.8, 5.3.3, 5.5.0 ...), for the rules that differ by release: "
+                       "from 5.4.0 the index holds a topic#T#TAGS entry per tagged message; the restart model differs "
+                       "for 4.9 (default: 8fc57f1's rules, 5.0 to 5.3; docs/formats.md)")
+
+
+def add_broker_version(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker-version", default=None, help=BROKER_VERSION_HELP)
+
+
 def apply_broker_conf(a) -> dict:
     """Fill ``--hash-slots``/``--index-num`` from ``--broker-conf`` where no flag gave them; the broker's
     settings (:func:`rocketidx.config.broker_settings`), or {} without the flag."""

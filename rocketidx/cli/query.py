@@ -6,7 +6,7 @@ import sys
 
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 import rocketidx.layout as L
-from rocketidx.cli.common import add_broker_conf, apply_broker_conf
+from rocketidx.cli.common import add_broker_conf, add_broker_version, apply_broker_conf
 import rocketidx.storage as storage
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
 
@@ -149,6 +149,7 @@ def add_parser(sub) -> None:
     q.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     add_broker_conf(q)
+    add_broker_version(q)
     q.add_argument("--consumequeue", help="look a queue slot up instead of a key, as a restarted broker's "
                                           "ConsumeQueue.get does: a build output, a broker store, or a consumequeue "
                                           "directory (then --commitlog too)")

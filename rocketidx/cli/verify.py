@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from rocketidx.cli.common import add_broker_conf, apply_broker_conf, spark_flag_misused, spark_settings
+from rocketidx.cli.common import add_broker_conf, add_broker_version, apply_broker_conf, spark_flag_misused, spark_settings
 import rocketidx.storage as storage
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
 
@@ -180,9 +180,7 @@ def add_parser(sub) -> None:
                                           "consumequeue directory; the files alone, or with --commitlog every entry")
     v.add_argument("--store", help="a stopped broker's store: its index, every ConsumeQueue and its checkpoint "
                                    "against its commitlog/, with what a restart would do about each problem")
-    v.add_argument("--broker-version", default=None,
-                   help="with --store: the broker's RocketMQ release (e.g. 4.9.8, 5.3.2; default 5.x), for what a "
-                        "restart would dispatch again (docs/verify.md)")
+    add_broker_version(v)
     v.add_argument("--commitlog", help="CommitLog (or store) directory: also check content and coverage")
     v.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
     v.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)

@@ -6,9 +6,14 @@ order, ``entry_seq`` numbering a message's entries from 0 so that ``(phy_offset,
 entries exactly as the broker puts them.
 Stays true: a transaction rollback (``sys_flag & 0xC == 0xC``) makes no entry; ``UNIQ_KEY`` makes the
 first entry, ``topic#UNIQ_KEY`` (never split); then every non-empty piece of ``KEYS`` split on U+0020
-only, in order, ``topic#piece``; duplicates are kept.
+only, in order, ``topic#piece``; duplicates are kept. Brokers from RocketMQ 5.4.0 on add one more entry
+last, ``topic#T#TAGS`` for a message whose TAGS property is not empty (taken whole, never split; 5.5.0
+``IndexService.buildIndex``, IndexService.java:267-277): on when :func:`index_rules` says so.
 """
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +33,26 @@ ENTRY_SCHEMA = pa.schema([
     ("key_hash", pa.int32()),
     ("store_timestamp_ms", pa.int64()),
 ])
+
+
+_TAG_ENTRIES = False  # the process's rule (index_rules); the compiled kernel knows only the older one
+
+
+@contextlib.contextmanager
+def index_rules(tag_entries: bool) -> Iterator[None]:
+    """Within the block, entries follow a broker that adds the tag entry (5.4.0 on: ``tag_entries``) or
+    one that does not. The kernel makes only the older entries, so with the tag entry every batch takes
+    the reference path (:func:`extract_entries`)."""
+    global _TAG_ENTRIES
+    before, _TAG_ENTRIES = _TAG_ENTRIES, bool(tag_entries)
+    try:
+        yield
+    finally:
+        _TAG_ENTRIES = before
+
+
+def tag_entries_on() -> bool:
+    return _TAG_ENTRIES
 
 
 def indexable(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
@@ -61,9 +86,18 @@ def extract_entry_keys(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np
     k_topics = topic.take(pa.array(k_rows))
     k_keys = pc.binary_join_element_wise(k_topics, flat.filter(pa.array(nonempty)), "#")
 
-    all_rows = np.concatenate([u_rows, k_rows])
-    all_keys = pa.concat_arrays([u_keys, k_keys]) if len(all_rows) else pa.array([], pa.string())
-    # Stable sort by message row: UNIQ_KEY entries were placed first, so they stay first per message.
+    parts_rows, parts_keys = [u_rows, k_rows], [u_keys, k_keys]
+    if _TAG_ENTRIES:
+        tags = batch.column("tags")
+        tags = tags.combine_chunks() if isinstance(tags, pa.ChunkedArray) else tags
+        has_tags = ok & pc.fill_null(pc.greater(pc.binary_length(tags), 0), False).to_numpy(zero_copy_only=False)
+        parts_rows.append(rows[has_tags])
+        parts_keys.append(pc.binary_join_element_wise(topic.filter(has_tags), pa.scalar(L.INDEX_TAG_TYPE),
+                                                      tags.filter(has_tags), "#"))
+    all_rows = np.concatenate(parts_rows)
+    all_keys = pa.concat_arrays(parts_keys) if len(all_rows) else pa.array([], pa.string())
+    # Stable sort by message row: UNIQ_KEY entries were placed first, then KEYS, then the tag entry, so
+    # they keep that order per message.
     order = np.argsort(all_rows, kind="stable")
     rows_sorted = all_rows[order]
     starts = np.searchsorted(rows_sorted, rows_sorted, side="left")
@@ -124,7 +158,7 @@ def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = No
     string is ever built; an entry whose bytes are not valid UTF-8 is re-hashed from its Java decoding.
     Without it, the message columns are built and :func:`extract_entries` runs: the same rows.
     """
-    if not use_native(native):
+    if _TAG_ENTRIES or not use_native(native):
         return extract_entries(records_to_batch(buf, seg, recs))
     recs = np.ascontiguousarray(recs)
     keys_len = np.maximum(recs[:, L.REC_KEYS_LEN], 0)
@@ -182,6 +216,14 @@ def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: boo
 
     With the compiled kernel both come from one pass over the bytes, while each record is in cache.
     """
+    if _TAG_ENTRIES:  # the records still come from the kernel; their entries from the reference path
+        gen = scan_records(buf, seg, start, end, check_crc=check_crc, batch_records=batch_records, native=native)
+        while True:
+            try:
+                recs = next(gen)
+            except StopIteration as done:
+                return done.value
+            yield recs, entries_from_records(buf, seg, recs, native=False)
     if not use_native(native):
         gen = scan_records(buf, seg, start, end, check_crc=check_crc, batch_records=batch_records, native=False)
         while True:

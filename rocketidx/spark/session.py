@@ -221,6 +221,11 @@ def spark_session(settings: SparkSettings | None = None, spark=None, *, sources:
     a notebook leaves its session alone, and a spark-submit job stops its own before exiting (a cluster
     would otherwise see its executors vanish mid-shutdown)."""
     from pyspark.sql import SparkSession
+    from rocketidx.commitlog.entries import tag_entries_on
+    if tag_entries_on():  # executors run their own Python, which the rule set in this one does not reach
+        from rocketidx.errors import ConfigError
+        raise ConfigError("--broker-version", "5.4 or later", "the tag entries of a 5.4+ broker's index are made in "
+                          "process only for now: run with --in-process")
     settings = settings or SparkSettings()
     if spark is None and SparkSession.getActiveSession() is None:
         spark = get_session(settings.master, settings.conf, sources=sources)

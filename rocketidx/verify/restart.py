@@ -80,15 +80,8 @@ class BrokerSwitches:
 
 def broker_version(text: str | None) -> str:
     """``5``, ``5.3.2``, ``4.9.8`` ... -> the model's release line (``5.x`` or ``4.9.x``)."""
-    if text is None:
-        return "5.x"
-    t = text.strip().lower().removeprefix("v")
-    if t.startswith("4."):
-        return "4.9.x"
-    if t.startswith("5"):
-        return "5.x"
-    from rocketidx.errors import ConfigError
-    raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.2)")
+    from rocketidx.config import broker_release
+    return broker_release(text).line
 
 
 @dataclass

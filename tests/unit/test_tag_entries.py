@@ -1,0 +1,85 @@
+"""A 5.4+ broker's index: every scenario's entries with the tag entry (``topic#T#TAGS``, last, whole,
+none for an empty TAGS or a rollback), on both paths; and the release a ``--broker-version`` names."""
+from __future__ import annotations
+
+import pytest
+
+from scenarios import KNOWN_TEXT_BUGS, SCENARIOS, VALID
+from rocketidx.commitlog.entries import entries_from_records, extract_entries, index_rules, tag_entries_on
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
+from rocketidx.config import broker_release
+from rocketidx.errors import ConfigError
+import rocketidx.layout as L
+
+from test_messages import keys_per_row, read_store
+
+NAMES = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN_TEXT_BUGS[n]))
+         if n in KNOWN_TEXT_BUGS else n for n in VALID]
+
+
+def with_tag(row: dict, keys: tuple[str, ...]) -> tuple[str, ...]:
+    rollback = (row["sys_flag"] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK
+    if rollback or not row["tags"]:
+        return keys
+    return keys + (f"{row['topic']}#T#{row['tags']}",)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_5_4_broker_indexes_the_whole_tags_after_the_keys(name, tmp_path, reader_native):
+    sc = SCENARIOS[name]
+    table, _ = read_store(sc.write(tmp_path), reader_native)
+    with index_rules(True):
+        got = keys_per_row(table)
+    assert got == [with_tag(r, k) for r, k in zip(sc.expected_rows(), sc.expected_index_keys())]
+    assert keys_per_row(table) == sc.expected_index_keys()  # the rule ends with the block
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_the_build_path_makes_the_tag_entries_too(name, tmp_path, reader_native):
+    sc = SCENARIOS[name]
+    table, _ = read_store(sc.write(tmp_path), False)
+    with index_rules(True):
+        reader = CommitLogReader(list_segments(sc.write(tmp_path)), native=reader_native)
+        got = [e for *_, batch in reader.entry_chunks() for e in batch.to_pylist()]
+        expected = extract_entries(table).to_pylist()
+        records = [e for seg, buf, recs in CommitLogReader(list_segments(sc.write(tmp_path)),
+                                                           native=reader_native).record_chunks()
+                   for e in entries_from_records(buf, seg, recs, native=reader_native).to_pylist()]
+    assert got == expected == records
+
+
+def test_a_tag_with_separators_is_one_entry(tmp_path):
+    """TAGS is indexed whole: ``a||b`` and ``x y`` make one entry each (5.5.0 IndexService.java:267-277)."""
+    import pyarrow as pa
+    from rocketidx.commitlog.columns import MESSAGE_SCHEMA
+    from rocketidx.commitlog.entries import extract_entry_keys
+    rows = [dict.fromkeys(MESSAGE_SCHEMA.names) for _ in range(3)]
+    for r, tags in zip(rows, ["a||b", "x y", ""]):
+        r.update(topic="T", tags=tags, keys="k1 k2", uniq_key="U", sys_flag=0)
+    table = pa.Table.from_pylist(rows, MESSAGE_SCHEMA)
+    with index_rules(True):
+        _, seq, keys = extract_entry_keys(table)
+    assert keys.to_pylist() == ["T#U", "T#k1", "T#k2", "T#T#a||b"] + ["T#U", "T#k1", "T#k2", "T#T#x y"] + \
+        ["T#U", "T#k1", "T#k2"]
+    assert seq.tolist() == [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2]
+
+
+@pytest.mark.parametrize("text,line,tags", [
+    (None, "5.x", False), ("5.x", "5.x", False), ("5", "5.x", False), ("5.3.3", "5.x", False),
+    ("5.4.0", "5.x", True), ("5.5", "5.x", True), ("v5.5.0", "5.x", True), ("rocketmq-all-5.5.0", "5.x", True),
+    ("4.9.8", "4.9.x", False), ("4.9.x", "4.9.x", False)])
+def test_broker_version_names_the_rules(text, line, tags):
+    r = broker_release(text)
+    assert (r.line, r.tag_entries) == (line, tags)
+    assert ("no --broker-version" in r.rules) == (text is None)
+
+
+@pytest.mark.parametrize("text", ["6.0", "five", "5.a", ""])
+def test_an_unknown_release_is_refused(text):
+    with pytest.raises(ConfigError, match="--broker-version"):
+        broker_release(text)
+
+
+def test_the_rule_is_off_outside_a_command():
+    assert not tag_entries_on()
