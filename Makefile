@@ -19,7 +19,7 @@ SHELL := /bin/bash
 # news to someone running `make run`. Only those lines are dropped; every other pip message shows.
 PIP_NOISE := 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
 
-.PHONY: setup run test test-fast notebook bench faults interrupts refcheck dist clean
+.PHONY: setup run test test-fast notebook bench faults interrupts brokers refcheck dist clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,12 @@ faults: $(STAMP)
 # Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20)
 interrupts: $(STAMP)
 	$(BIN)/python bench/interrupts.py
+
+# Real RocketMQ brokers (tests/brokers/README.md): every pinned version's files, answers and crash campaign
+# (make test runs the one marked ci in tests/brokers/versions.txt, smaller)
+brokers: $(STAMP)
+	mkdir -p bench-data && cd tests && ../$(BIN)/python -m brokers.matrix --json ../bench-data/brokers-matrix.json
+	cd tests && ../$(BIN)/python -m brokers.campaign --json ../bench-data/brokers-campaign.json
 
 # What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas
 # and rocketidx from its wheel, with the compiled kernel), the wheel, and rocketidx.zip (the --py-files fallback)

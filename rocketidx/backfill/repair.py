@@ -92,6 +92,10 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         files = queue_files(store / "consumequeue")  # as the roll-backs left it
         size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
         index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None
+        if index is not None and index.paths:  # the store's own files say which release's rules they follow
+            from rocketidx.commitlog.entries import tag_entries_on
+            from rocketidx.verify.rules import check_index_rules
+            check_index_rules(index.open(), str(store / "commitlog"), tag_entries_on())
         config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,

@@ -36,8 +36,10 @@ from rocketidx.verify.core import open_for_verify, verify_index
 from rocketidx.verify.coverage import add_gap_problems, log_gaps
 import rocketidx.verify.restart as restart
 from rocketidx.verify.restart import BrokerSwitches
+from rocketidx.commitlog.entries import tag_entries_on
 from rocketidx.verify.queues import list_queues, verify_consumequeues
 from rocketidx.verify.report import VerifyReport
+from rocketidx.verify.rules import check_index_rules
 
 # What a restart does about each kind of problem (the broker's load, recover and re-dispatch).
 CQ_RESTART = {
@@ -170,6 +172,7 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if (store / "index").is_dir() and any((store / "index").iterdir()):
         files, _ = open_for_verify(store / "index", hash_slot_num, index_num, pre)
         sizes = (files[0].hash_slot_num, files[0].index_num) if files else None
+        check_index_rules(files, str(commitlog), tag_entries_on())
     files_cq = cq_dir.is_dir() and not rocksdb
     file_size = (list_queues(str(cq_dir), VerifyReport())[1] if files_cq else 0) or cq_file_size
     scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))

@@ -83,3 +83,52 @@ def test_an_unknown_release_is_refused(text):
 
 def test_the_rule_is_off_outside_a_command():
     assert not tag_entries_on()
+
+
+@pytest.fixture(scope="module")
+def two_stores(tmp_path_factory):
+    """The same generated log indexed as a 5.3 broker and as a 5.5 broker would: (store53, store55)."""
+    from rocketidx.build.local import build_index
+    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.config import BuildConfig
+    root = tmp_path_factory.mktemp("rules")
+    stores = []
+    for name, tags in (("s53", False), ("s55", True)):
+        store = root / name
+        generate_store(store / "commitlog", GenConfig(messages=3000, segment_bytes=1 << 20, seed=5))
+        with index_rules(tags):
+            build_index(str(store / "commitlog"), str(root / f"{name}-out"),
+                        BuildConfig(hash_slot_num=101, index_num=4000, window_ms=0))
+        (store / "index").mkdir()
+        for f in sorted((root / f"{name}-out" / "index").iterdir()):
+            (store / "index" / f.name).write_bytes(f.read_bytes())
+        stores.append(store)
+    return stores
+
+
+@pytest.mark.parametrize("store_tags,given_tags", [(False, True), (True, False)])
+def test_a_store_written_by_the_other_release_is_refused_naming_its_file(two_stores, store_tags, given_tags):
+    from rocketidx.index.reader import IndexFile
+    from rocketidx.verify.rules import check_index_rules, tag_entries_seen
+    store = two_stores[store_tags]
+    files = [IndexFile(p, 101, 4000) for p in sorted((store / "index").iterdir())]
+    seen, path, looked, hits = tag_entries_seen(files, str(store / "commitlog"))
+    assert seen is store_tags and looked >= 100 and hits == (looked if store_tags else 0)
+    check_index_rules(files, str(store / "commitlog"), store_tags)  # the right rules: no word
+    with pytest.raises(ConfigError, match=f"{path}.*--broker-version"):
+        check_index_rules(files, str(store / "commitlog"), given_tags)
+
+
+def test_verify_store_and_backfill_refuse_in_one_line(two_stores, capsys):
+    from rocketidx.cli import main
+    store55 = str(two_stores[1])
+    for argv in (["verify", "--store", store55, "--hash-slots", "101", "--index-num", "4000"],
+                 ["backfill", "--store", store55, "--hash-slots", "101", "--index-num", "4000", "--dry-run"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "holds 5.4+ tag entries" in err[0] and "--broker-version 5.5.0" in err[0]
+    # with the release named, the index is judged (clean) and only the queues, never built here, are missing
+    assert main(["verify", "--store", store55, "--hash-slots", "101", "--index-num", "4000",
+                 "--broker-version", "5.5.0"]) == 1
+    out = capsys.readouterr().out
+    assert "index: clean" in out and "missing-queue" in out
