@@ -129,6 +129,10 @@ def _verify_store(a, broker: dict) -> int:
     if idx and (idx["restored_entries"] or idx["lost_entries"]):
         print(f"  the index lacks {idx['restored_entries'] + idx['lost_entries']:,} entries: the restart restores "
               f"{idx['restored_entries']:,}, {idx['lost_entries']:,} stay lost")
+    cq = model.get("consumequeue")
+    if cq and (cq["restored_entries"] or cq["lost_entries"]):
+        print(f"  the queues lack {cq['restored_entries'] + cq['lost_entries']:,} entries: the restart restores "
+              f"{cq['restored_entries']:,}, {cq['lost_entries']:,} stay lost or wrong")
     for what, why in st.get("skipped", {}).items():
         print(f"{what}: skipped: {why}")
     for queue, why in st.get("unexplained_queues", {}).items():

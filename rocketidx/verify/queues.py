@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
+from rocketidx.errors import CorruptRecordError
 from rocketidx.verify.report import VerifyReport
 
 UNIT = L.CQ_UNIT.itemsize
@@ -127,13 +129,14 @@ def _check_queue_alone(directory: str, key, offsets: list[int], report: VerifyRe
 
 def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
                          check_crc: bool = True, rebuild=None, file_size: int | None = None,
-                         skip_topics=(), unexplained: dict | None = None) -> VerifyReport:
+                         skip_topics=(), unexplained: dict | None = None, restart=None) -> VerifyReport:
     """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild
     (``rebuild``: how, :func:`rebuild_in_process` by default). ``file_size``: the queue file size to rebuild
     with where no file tells it (a store whose ``directory`` is gone or empty: every queue is missing).
     ``skip_topics``: topics neither side is judged on (a broker's BatchCQ topics). ``unexplained``: a dict
     that takes the queues no rebuild makes ({topic/queueId: why}) instead of the ``unexplained-queue``
-    problems (``verify --store`` lists them apart)."""
+    problems (``verify --store`` lists them apart). ``restart``: a :class:`QueueRestart` (``verify --store``):
+    a queue whose missing entries the broker's restart all restores has them counted there, not as problems."""
     report = VerifyReport()
     queues, found_size = list_queues(directory, report) if os.path.isdir(directory) or file_size is None else ({}, 0)
     queues = {k: v for k, v in queues.items() if k[0] not in skip_topics}
@@ -154,7 +157,17 @@ def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int
             if unexplained is not None and key not in built:
                 unexplained["/".join(key)] = unexplained_why(key[0], topics)
                 continue
-            _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, report)
+            if restart is None:
+                _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, report)
+                continue
+            alone = VerifyReport()
+            _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, alone)
+            restored, lost = restart.tally(directory, rebuilt, key, queues.get(key), file_size)
+            keep = lost > 0 or not restored
+            for kind, n in alone.counts.items():
+                if keep or kind not in MISSING_KINDS:
+                    report.counts[kind] += n
+                    report.problems += [p for p in alone.problems if p.kind == kind]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return report
@@ -169,6 +182,70 @@ def rebuild_in_process(segments, scratch: str, file_size: int, delays_ms: tuple[
         writer.add(seg, dispatch(buf, seg, recs, delays_ms))
     log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
     return os.path.join(scratch, "cq"), writer.close(sync=False), log_end
+
+
+MISSING_KINDS = ("missing-queue", "missing-file", "missing-entry")
+
+
+@dataclass
+class QueueRestart:
+    """What the broker's restart leaves in each queue (``ConsumeQueue.recover`` then the re-dispatch from
+    ``redispatch_from``, a record taken only past the queue's own maxPhysicOffset), against the rebuild:
+    the entries the files lack now that it restores, and those still wrong or missing after it."""
+
+    redispatch_from: int | None
+    restored: int = 0
+    lost: int = 0
+
+    def tally(self, directory: str, rebuilt_dir: str, key, offsets, file_size: int) -> tuple[int, int]:
+        from rocketidx.consumequeue.reader import Queue
+        want = _queue_units(rebuilt_dir, key)
+        have = np.zeros(len(want), L.CQ_UNIT)
+        after = np.zeros(len(want), L.CQ_UNIT)
+        max_physic = -1
+        if offsets:
+            q = Queue(key[0], int(key[1]), os.path.join(directory, *key), sorted(offsets), file_size)
+            try:
+                q.recover()
+            except (CorruptRecordError, OSError):  # a file the load refuses: the broker does not start
+                return 0, int(np.count_nonzero(want["size"] > 0))
+            max_physic = q.max_physic
+            for off in q.offsets:
+                u = q.units(off)
+                lo = off // UNIT
+                n = max(0, min(len(u), len(want) - lo))
+                have[lo:lo + n] = u[:n]
+                keep = max(0, min(n, (q.max_offset - off) // UNIT))
+                after[lo:lo + keep] = u[:keep]
+        if self.redispatch_from is not None:
+            again = (want["size"] > 0) & (want["phy_offset"] >= self.redispatch_from) & \
+                (want["phy_offset"] + want["size"] > max_physic)
+            after[again] = want[again]
+        used = want["size"] > 0
+        now_ok, then_ok = used & (have == want), used & (after == want)
+        restored = int(np.count_nonzero(then_ok & ~now_ok))
+        lost = int(np.count_nonzero(used & ~then_ok))
+        self.restored += restored
+        self.lost += lost
+        return restored, lost
+
+
+def _queue_units(rebuilt_dir: str, key) -> np.ndarray:
+    qdir = os.path.join(rebuilt_dir, *key)
+    if not os.path.isdir(qdir):
+        return np.zeros(0, L.CQ_UNIT)
+    names = sorted(os.listdir(qdir))
+    if not names:
+        return np.zeros(0, L.CQ_UNIT)
+    parts = []
+    for n in names:
+        with open(os.path.join(qdir, n), "rb") as f:
+            parts.append((int(n), np.frombuffer(f.read(), L.CQ_UNIT)))
+    end = max(off // UNIT + len(u) for off, u in parts)
+    out = np.zeros(end, L.CQ_UNIT)
+    for off, u in parts:
+        out[off // UNIT:off // UNIT + len(u)] = u
+    return out
 
 
 def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_size: int, log_end: int,

@@ -37,7 +37,7 @@ from rocketidx.verify.coverage import add_gap_problems, log_gaps
 import rocketidx.verify.restart as restart
 from rocketidx.verify.restart import BrokerSwitches
 from rocketidx.commitlog.entries import tag_entries_on
-from rocketidx.verify.queues import list_queues, verify_consumequeues
+from rocketidx.verify.queues import QueueRestart, list_queues, verify_consumequeues
 from rocketidx.verify.report import VerifyReport
 from rocketidx.verify.rules import check_index_rules
 
@@ -194,9 +194,14 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             report.restart["index"] = {k: INDEX_RESTART.format(again=again) for k in report.areas["index"].counts}
             report.areas["checkpoint"] = _checkpoint_problems(files, model)
         # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
+        # A missing queue entry the restart's re-dispatch puts back is state, like the index's (restored).
+        queue_restart = QueueRestart(model.redispatch_from)
         cq = VerifyReport() if rocksdb else verify_consumequeues(
             str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size,
-            rebuild=rebuilt.queues, skip_topics=batch, unexplained=state.setdefault("unexplained_queues", {}))
+            rebuild=rebuilt.queues, skip_topics=batch, unexplained=state.setdefault("unexplained_queues", {}),
+            restart=queue_restart)
+        state["restart_model"]["consumequeue"] = {"restored_entries": queue_restart.restored,
+                                                  "lost_entries": queue_restart.lost}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.areas["consumequeue"] = cq

@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -264,8 +265,24 @@ def broker_conf(small_index: bool) -> dict:
     )
 
 
+PARTS = ("total_s", "rm_s", "backfill_s", "start_to_boot_s", "boot_to_last_s")
+
+
+def same_queues(x: Path, y: Path) -> bool | str:
+    """True when two stores' consumequeue/ trees hold the same files with the same bytes, else the first
+    difference."""
+    fx = sorted(p.relative_to(x) for p in (x / "consumequeue").rglob("*") if p.is_file())
+    fy = sorted(p.relative_to(y) for p in (y / "consumequeue").rglob("*") if p.is_file())
+    if fx != fy:
+        return f"files differ: {sorted(set(map(str, fx)) ^ set(map(str, fy)))[:5]}"
+    for rel in fx:
+        if (x / rel).read_bytes() != (y / rel).read_bytes():
+            return f"bytes differ: {rel}"
+    return True
+
+
 def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, boot_timeout: float,
-        result: dict | None = None) -> dict:
+        rounds: int = 1, keep: bool = False, result: dict | None = None) -> dict:
     """The whole run; ``result`` (filled as it goes, so a failure keeps what was measured) is returned."""
     conf = broker_conf(small_index)
     result = {} if result is None else result
@@ -309,31 +326,46 @@ def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, 
         print(f"[{time.strftime('%H:%M:%S')}] store {result['store']['total']['disk'] / GIB:.2f} GiB on disk "
               f"({result['store']['total']['apparent'] / GIB:.2f} GiB apparent)", flush=True)
 
-        # 2. two copies, made before any clock
-        a = Cluster(version, work / "a", conf=dict(conf))
-        b = Cluster(version, work / "b", conf=dict(conf))
-        clusters += [a, b]
-        result["copy_s"] = [round(copy_store(source.store, c.store), 1) for c in (a, b)]
-        shutil.rmtree(source.store)  # not needed any more: the copies are the runs' stores
-
-        # 3. (a) the broker alone, (b) backfill first
-        for name, cluster, fill in (("a", a, False), ("b", b, True)):
-            start_namesrv(cluster)
-            print(f"[{time.strftime('%H:%M:%S')}] ({name}) {'rm + backfill + broker' if fill else 'rm + broker'}, "
-                  f"load {loadavg()}, other brokers: {len(brokers_running())}", flush=True)
-            row = timed_restart(cluster, last, backfill=fill, boot_timeout=boot_timeout)
-            result[name] = row
-            print(f"[{time.strftime('%H:%M:%S')}] ({name}) total {row['total_s']} s = rm {row['rm_s']} + backfill "
-                  f"{row['backfill_s']} + start-to-boot {row['start_to_boot_s']} + boot-to-last "
-                  f"{row['boot_to_last_s']}; load {row['load']}", flush=True)
-            cluster.stop()
-            result[name]["consumequeue_after"] = du(cluster.store / "consumequeue")
-            if verify == "both" or (verify == "b" and fill):
-                print(f"[{time.strftime('%H:%M:%S')}] ({name}) rocketidx verify --store ...", flush=True)
-                result[name]["verify"] = verify_store(cluster)
-                print(f"    exit {result[name]['verify']['exit']} in {result[name]['verify']['seconds']} s: "
-                      f"{result[name]['verify']['said'][-1:] }", flush=True)
-        result["ratio_a_over_b"] = round(result["a"]["total_s"] / result["b"]["total_s"], 2)
+        # 2. per round, two fresh copies (made before any clock); (a) the broker alone, (b) backfill first,
+        # in turns (a, b), (b, a), ... so a drift of the machine's load does not favour one side
+        result["rounds"] = []
+        for rnd in range(rounds):
+            pair = {"a": Cluster(version, work / f"a{rnd}", conf=dict(conf)),
+                    "b": Cluster(version, work / f"b{rnd}", conf=dict(conf))}
+            clusters += pair.values()
+            row: dict = {"order": "ab" if rnd % 2 == 0 else "ba",
+                         "copy_s": [round(copy_store(source.store, c.store), 1) for c in pair.values()]}
+            result["rounds"].append(row)
+            for name in row["order"]:
+                cluster, fill = pair[name], name == "b"
+                start_namesrv(cluster)
+                print(f"[{time.strftime('%H:%M:%S')}] round {rnd + 1} ({name}) "
+                      f"{'rm + backfill + broker' if fill else 'rm + broker'}, load {loadavg()}, other brokers: "
+                      f"{len(brokers_running())}", flush=True)
+                got = timed_restart(cluster, last, backfill=fill, boot_timeout=boot_timeout)
+                row[name] = got
+                print(f"[{time.strftime('%H:%M:%S')}] round {rnd + 1} ({name}) total {got['total_s']} s = rm "
+                      f"{got['rm_s']} + backfill {got['backfill_s']} + start-to-boot {got['start_to_boot_s']} + "
+                      f"boot-to-last {got['boot_to_last_s']}; load {got['load']}", flush=True)
+                cluster.stop()
+                got["consumequeue_after"] = du(cluster.store / "consumequeue")
+                if rnd == 0 and (verify == "both" or (verify == "b" and fill)):
+                    print(f"[{time.strftime('%H:%M:%S')}] ({name}) rocketidx verify --store ...", flush=True)
+                    got["verify"] = verify_store(cluster)
+                    print(f"    exit {got['verify']['exit']} in {got['verify']['seconds']} s: "
+                          f"{got['verify']['said'][-1:]}", flush=True)
+            row["ratio_a_over_b"] = round(row["a"]["total_s"] / row["b"]["total_s"], 2)
+            row["queues_identical"] = same_queues(pair["a"].store, pair["b"].store)
+            print(f"    round {rnd + 1}: (a)/(b) = {row['ratio_a_over_b']}; the two stores' consumequeue/ after "
+                  f"their broker ran: {'identical' if row['queues_identical'] is True else row['queues_identical']}",
+                  flush=True)
+            if rnd < rounds - 1 or not keep:
+                for c in pair.values():
+                    shutil.rmtree(c.store, ignore_errors=True)
+        result["a"], result["b"] = result["rounds"][0]["a"], result["rounds"][0]["b"]
+        result["median"] = {name: {part: statistics.median(r[name][part] for r in result["rounds"])
+                                   for part in PARTS} for name in "ab"}
+        result["ratio_a_over_b"] = round(result["median"]["a"]["total_s"] / result["median"]["b"]["total_s"], 2)
         return result
     finally:
         for c in clusters:
@@ -345,8 +377,12 @@ def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, 
         result["left_brokers_killed"] = [p for p, _ in mine]
 
 
+def _parts(x: dict) -> str:
+    return (f"{x['total_s']:7.1f} s = rm {x['rm_s']:.2f} + backfill {x['backfill_s']:.1f} + start-to-boot "
+            f"{x['start_to_boot_s']:.1f} + boot-to-last {x['boot_to_last_s']:.2f}")
+
+
 def report(r: dict) -> str:
-    a, b = r["a"], r["b"]
     st = r["store"]
     lines = [
         f"RocketMQ {r['version']}, {r['cpus']} CPUs; store {st['total']['disk'] / GIB:.2f} GiB on disk "
@@ -354,24 +390,30 @@ def report(r: dict) -> str:
         f"{st['parts']['commitlog']['disk'] / GIB:.2f} GiB in {len(st['commitlog_files'])} files, "
         f"{r['send']['messages']} messages, last at CommitLog offset {r['send']['phy']}",
         f"conf: {r['conf']}",
-        f"(a) rm -r consumequeue + broker:            {a['total_s']:8.1f} s  = rm {a['rm_s']} + start-to-boot "
-        f"{a['start_to_boot_s']} + boot-to-last {a['boot_to_last_s']}   (load before {a['load_before']}, "
-        f"mean {a['load']['mean']}, max {a['load']['max']})",
-        f"(b) rm -r consumequeue + backfill + broker: {b['total_s']:8.1f} s  = rm {b['rm_s']} + backfill "
-        f"{b['backfill_s']} + start-to-boot {b['start_to_boot_s']} + boot-to-last {b['boot_to_last_s']}   "
-        f"(load before {b['load_before']}, before broker {b['load_before_broker']}, mean {b['load']['mean']}, "
-        f"max {b['load']['max']})",
-        f"ratio (a)/(b): {r['ratio_a_over_b']}",
+        "(a) = rm -r consumequeue + broker start; (b) = rm -r consumequeue + rocketidx backfill + broker start; "
+        "each until a consumer pulls the log's last message",
     ]
+    for i, row in enumerate(r["rounds"]):
+        for name in row["order"]:
+            x = row[name]
+            lines.append(f"round {i + 1} ({name}) {_parts(x)}   load before {x['load_before']}, "
+                         f"mean {x['load']['mean']}, max {x['load']['max']}")
+        lines.append(f"round {i + 1} ratio (a)/(b) {row['ratio_a_over_b']}; queues of (a) and (b) after: "
+                     f"{'identical' if row['queues_identical'] is True else row['queues_identical']}")
+    if len(r["rounds"]) > 1:
+        for name in "ab":
+            lines.append(f"median ({name}) {_parts(r['median'][name])}")
+    lines.append(f"ratio (a)/(b){' of the medians' if len(r['rounds']) > 1 else ''}: {r['ratio_a_over_b']}")
     for name in ("a", "b"):
         states = r[name]["broker_log"]["states"]
         upto = [f"{d['to']} after {d['ms_in_previous']} ms" for d in states if d["ms_in_previous"]]
         upto = upto[:next((i + 1 for i, d in enumerate(upto) if d.startswith("RUNNING")), len(upto))]
-        lines.append(f"({name}) broker store states: " + ", ".join(upto))
+        lines.append(f"round 1 ({name}) broker store states: " + ", ".join(upto))
     for name in ("a", "b"):
         if "verify" in r[name]:
             v = r[name]["verify"]
-            lines.append(f"verify --store after ({name}): exit {v['exit']} in {v['seconds']} s")
+            lines.append(f"verify --store after ({name}), broker stopped: exit {v['exit']} in {v['seconds']} s: "
+                         f"{v['said'][-1]}")
     return "\n".join(lines)
 
 
@@ -386,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small-index", action="store_true", help="500000 slots / 2000000 items per IndexFile")
     p.add_argument("--verify", choices=("b", "both", "none"), default="b",
                    help="rocketidx verify --store on the stopped store after (b) (default), both runs, or none")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timed pairs on fresh copies of the one store, in turns (a,b), (b,a), ...; medians reported")
     p.add_argument("--boot-timeout", type=float, default=3600, help="seconds a broker may take to boot")
     args = p.parse_args(argv)
 
@@ -399,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {}
     try:
         run(args.version, args.gb, work, small_index=args.small_index, verify=args.verify,
-            boot_timeout=args.boot_timeout, result=result)
+            boot_timeout=args.boot_timeout, rounds=args.rounds, keep=args.keep, result=result)
         print(report(result))
         return 0
     except HarnessError as e:

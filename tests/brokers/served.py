@@ -17,6 +17,7 @@ from rocketidx.commitlog.segments import list_segments
 import rocketidx.layout as L
 
 TX_MASK, TX_PREPARED, TX_ROLLBACK = L.SYSFLAG_TX_MASK, 0x4, L.SYSFLAG_TX_ROLLBACK
+SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "SCHEDULE_TOPIC_XXXX")
 
 
 def log_messages(store: Path) -> list[dict]:
@@ -47,18 +48,26 @@ class Served:
     keys: int  # keys asked
     found: int  # keys whose message the admin query returned
     lost_examples: list
+    unrouted: dict = None  # queued messages of topics the namesrv routes no consumer to ({topic: n}), left out
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
 def consumer_offsets(path: Path) -> set[int]:
-    got = set()
+    return consumer_read(path)[0]
+
+
+def consumer_read(path: Path) -> tuple[set[int], set[str]]:
+    """The CommitLog offsets a consumer got, and the topics it could pull at all (min/max answered)."""
+    got, routed = set(), set()
     for line in path.read_text(encoding="utf-8").splitlines():
         rec = json.loads(line)
         if "phy" in rec:
             got.add(rec["phy"])
-    return got
+        elif "min" in rec:
+            routed.add(rec["topic"])
+    return got, routed
 
 
 def broker_key_answers(cluster: Cluster, queries: list[tuple[str, str, str]], name: str) -> list[dict]:
@@ -73,12 +82,20 @@ def measure(cluster: Cluster, messages: list[dict], sample: list[tuple[str, str,
     """Consumer pull of every queue plus the key queries, against a running broker."""
     read = cluster.root / f"{name}-read.jsonl"
     run_driver(cluster, "read", str(read), log=name)
-    got = consumer_offsets(read)
-    want = queued(messages)
+    got, routed = consumer_read(read)
+    # 4.9's namesrv routes no consumer to RMQ_SYS_TRANS_OP_HALF_TOPIC: a system topic without a route is
+    # said, not counted; any other topic without one counts its messages as lost
+    unrouted: dict[str, int] = {}
+    want = []
+    for m in queued(messages):
+        if m["topic"] not in routed and m["topic"].startswith(SYSTEM_PREFIXES):
+            unrouted[m["topic"]] = unrouted.get(m["topic"], 0) + 1
+        else:
+            want.append(m)
     if want and not got:  # no topic routed (the driver waited a minute for them): not a measure of loss
         raise HarnessError(f"the consumer read nothing from RocketMQ {cluster.version}; see {read}")
     lost = [m for m in want if m["phy_offset"] not in got]
     answers = broker_key_answers(cluster, [(t, k, "key") for t, k, _ in sample], f"{name}-keys")
     found = sum(1 for (_, _, phy), a in zip(sample, answers) if phy in a.get("phy", []))
     return Served(len(want), len(want) - len(lost), len(sample), found,
-                  [(m["topic"], m["queue_id"], m["phy_offset"]) for m in lost[:5]])
+                  [(m["topic"], m["queue_id"], m["phy_offset"]) for m in lost[:5]], unrouted)
