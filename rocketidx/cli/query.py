@@ -17,14 +17,16 @@ def cmd_query(a) -> int:
         return _query_queues(a)
     import pyarrow as pa
 
-    from rocketidx.query.lookup import message_has_key, open_index, query_offsets, read_messages_at
+    from rocketidx.commitlog.entries import tag_entries_on
+    from rocketidx.query.lookup import message_has_key, message_has_tag, open_index, query_offsets, read_messages_at
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
     clash = next((why for bad, why in (
         (a.index and a.store, "--index and --store name two indexes: give one"),
-        (a.queries and (a.topic or a.key), "--topic/--key and --queries exclude each other"),
-        (not a.queries and not (a.topic and a.key), "give --topic T --key K, or --queries FILE"),
+        (a.queries and (a.topic or a.key or a.tag), "--topic/--key/--tag and --queries exclude each other"),
+        (a.key and a.tag, "--key and --tag exclude each other: one lookup each"),
+        (not a.queries and not (a.topic and (a.key or a.tag)), "give --topic T --key K, or --queries FILE"),
         (a.max < 1, f"--max must be at least 1, got {a.max}")) if bad), None)
     if clash:
         print(f"rocketidx query: {clash}", file=sys.stderr)
@@ -36,27 +38,38 @@ def cmd_query(a) -> int:
         return 2
     # Every line is checked before the index is opened: a bad line 900 is not found after 899 answers.
     queries = read_key_queries(a.queries, a) if a.queries else [
-        {"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max}]
+        {"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max} if a.tag is None else
+        {"topic": a.topic, "tag": a.tag, "begin": a.begin, "end": a.end, "maxNum": a.max}]
+    if any("tag" in q for q in queries) and not tag_entries_on():
+        print("rocketidx query: a tag lookup reads the tag entries a 5.4+ broker's index holds: give "
+              "--broker-version (5.4.0 or later)", file=sys.stderr)
+        return 2
     files = open_index(index, a.hash_slots, a.index_num)
     if not files:
         raise StoreLayoutError(storage.redact(index), "no IndexFiles found")
     for q in queries:
         begin, end = q["begin"], q["end"]
         max_num = min(q["maxNum"], L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
-        offsets = query_offsets(files, q["topic"], q["key"], begin, end, max_num)
+        # A tag entry's key is topic#T#TAGS (5.4.0 on): the lookup of "T#TAGS" as a key finds it, and the
+        # exact check is the admin client's for a tag query, TAGS equal as a whole (5.5.0 MQAdminImpl:472).
+        tag = q.get("tag")
+        key = q["key"] if tag is None else f"{L.INDEX_TAG_TYPE}#{tag}"
+        offsets = query_offsets(files, q["topic"], key, begin, end, max_num)
         table = None
         if a.show or a.exact:
             table, _ = read_messages_at(commitlog, offsets)
             if a.exact:
                 rows = table.to_pylist()
-                keep = [i for i, r in enumerate(rows) if message_has_key(r if r["topic"] is not None else None,
-                                                                        q["topic"], q["key"])]
+                keep = [i for i, r in enumerate(rows) if (message_has_key(
+                    r if r["topic"] is not None else None, q["topic"], key) if tag is None
+                    else message_has_tag(r if r["topic"] is not None else None, q["topic"], tag))]
                 offsets = [offsets[i] for i in keep]
                 table = table.take(pa.array(keep, pa.int64()))
         if a.show:
             print_messages(q, table, as_json=a.json)
         else:
-            print(json.dumps({"topic": q["topic"], "key": q["key"], "begin": begin, "end": end, "maxNum": max_num,
+            what = {"key": q["key"]} if tag is None else {"tag": tag}
+            print(json.dumps({"topic": q["topic"], **what, "begin": begin, "end": end, "maxNum": max_num,
                               "offsets": offsets}, ensure_ascii=False))
     return 0
 
@@ -76,11 +89,12 @@ def read_key_queries(path: str, a) -> list[dict]:
                 q = json.loads(line)
             except ValueError as e:
                 raise RocketIdxError(f"{where}: not JSON: {e}") from e
-            if not isinstance(q, dict) or not all(isinstance(q.get(k), str) for k in ("topic", "key")):
-                raise RocketIdxError(f"{where}: not a lookup: expected an object with string topic and key "
+            what = "tag" if isinstance(q, dict) and "tag" in q and "key" not in q else "key"
+            if not isinstance(q, dict) or not all(isinstance(q.get(k), str) for k in ("topic", what)):
+                raise RocketIdxError(f"{where}: not a lookup: expected an object with string topic and key (or tag) "
                                      f"(and optional begin, end, maxNum), got {line.strip()[:80]}")
             # A line's times are spelled as the flags' are (units.parse_time_ms), ISO-8601 included.
-            queries.append({"topic": q["topic"], "key": q["key"],
+            queries.append({"topic": q["topic"], what: q[what],
                             "begin": parse_time_ms(q.get("begin", a.begin), f"{where}: begin"),
                             "end": parse_time_ms(q.get("end", a.end), f"{where}: end"),
                             "maxNum": parse_count(q.get("maxNum", a.max), f"{where}: maxNum", minimum=1)})
@@ -106,7 +120,8 @@ def print_messages(q: dict, table, *, as_json: bool) -> None:
             r["store_host"] = _host(r.pop("store_host"), r.pop("store_port"))
             print(json.dumps(r, ensure_ascii=False, default=str))
         return
-    print(f"{q['topic']}#{q['key']}: {len(rows)} message(s)")
+    what = q["key"] if "key" in q else f"{L.INDEX_TAG_TYPE}#{q['tag']}"
+    print(f"{q['topic']}#{what}: {len(rows)} message(s)")
     if not rows:
         return
     iso = partial(format_utc, iso=True)
@@ -138,7 +153,10 @@ def add_parser(sub) -> None:
     q.add_argument("--json", action="store_true", help="with --show: one JSON object per message")
     q.add_argument("--topic", help="topic of the key to look up (with --key)")
     q.add_argument("--key", help="message key (a KEYS word or the UNIQ_KEY message id) to look up (with --topic)")
-    q.add_argument("--queries", help="JSON lines with topic, key and optional begin, end, maxNum")
+    q.add_argument("--tag", help="a tag to look up (with --topic), as a 5.4+ broker's admin queryMessage of index "
+                                 "type T does: needs --broker-version 5.4 or later; with --exact, messages whose "
+                                 "TAGS is this tag as a whole")
+    q.add_argument("--queries", help="JSON lines with topic, key (or tag) and optional begin, end, maxNum")
     q.add_argument("--begin", type=time_arg("--begin"), default=0,
                    help="earliest store time, epoch ms or ISO-8601 (default 0)")
     q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,

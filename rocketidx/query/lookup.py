@@ -105,6 +105,13 @@ def message_has_key(row: dict, topic: str, key: str) -> bool:
     return key != "" and key in (row["keys"] or "").split(L.KEY_SEPARATOR)
 
 
+def message_has_tag(row: dict, topic: str, tag: str) -> bool:
+    """Whether the message makes the tag entry ``topic#T#tag`` of a 5.4+ broker: its TAGS is ``tag`` whole."""
+    if row is None or row["topic"] != topic or (row["sys_flag"] & L.SYSFLAG_TX_MASK) == L.SYSFLAG_TX_ROLLBACK:
+        return False
+    return bool(tag) and row["tags"] == tag
+
+
 def _preview(body: bytes, compressed: bool) -> str:
     """Text when the body's first bytes are printable UTF-8, else hex: a terminal-safe glimpse."""
     if compressed:

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.broker
 
 VERSION = versions()[1]
 MESSAGES = 400
+TAG_QUERIES = [int(x) for x in VERSION.split(".")[:2]] >= [5, 4]  # the admin API's key type T, from 5.4.0
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +41,8 @@ def written(jars, tmp_path_factory):
         run_driver(cluster, "send", f"127.0.0.1:{cluster.port}", str(root / "sent.jsonl"), str(MESSAGES), "7", *flags)
         sent = [json.loads(line) for line in (root / "sent.jsonl").read_text(encoding="utf-8").splitlines()]
         queries = sorted({(s["topic"], k, "key") for s in sent if s["status"] == "SEND_OK" for k in s["keys"]})
+        if TAG_QUERIES:
+            queries += sorted({(s["topic"], s["tags"], "tag") for s in sent if s["status"] == "SEND_OK" and s["tags"]})
         answers = broker_key_answers(cluster, queries, "queries")
     finally:
         cluster.stop()
@@ -82,13 +85,16 @@ def test_without_the_version_the_rules_used_are_said(written, tmp_path):
 
 
 def test_query_exact_answers_what_the_admin_query_answers(written, tmp_path):
+    """Every (topic, key) sent, and from 5.4 every (topic, tag): rocketidx's --exact answer is the admin
+    API's queryMessage answer (maxNum 64, all time), offset for offset."""
     cluster, _, queries, answers = written
     qfile = tmp_path / "q.jsonl"
-    qfile.write_text("".join(json.dumps({"topic": t, "key": k}) + "\n" for t, k, _ in queries), encoding="utf-8")
+    qfile.write_text("".join(json.dumps({"topic": t, kind: k}) + "\n" for t, k, kind in queries), encoding="utf-8")
     run = rocketidx("query", "--store", str(cluster.store), "--queries", str(qfile), "--exact", "--broker-conf",
                     str(cluster.broker_conf), "--broker-version", VERSION)
     ours = [json.loads(line) for line in run.stdout.splitlines()]
     assert len(ours) == len(answers) == len(queries) >= 300
+    assert not TAG_QUERIES or sum(kind == "tag" for *_, kind in queries) >= 20
     differ = [(q, a.get("phy", a.get("error")), o["offsets"]) for q, a, o in zip(queries, answers, ours)
               if sorted(a.get("phy", [])) != sorted(o["offsets"])]
     assert differ == []

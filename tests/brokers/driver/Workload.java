@@ -337,6 +337,16 @@ public class Workload {
         throw new IllegalStateException("no queryMessageByUniqKey");
     }
 
+    /** 5.4+: queryMessage(cluster, topic, key, maxNum, begin, end, keyType, lastKey) with key type "T". */
+    static QueryResult byTag(DefaultMQAdminExt admin, String topic, String tag) throws Exception {
+        for (Method m : DefaultMQAdminExt.class.getMethods()) {
+            if (m.getName().equals("queryMessage") && m.getParameterCount() == 8) {
+                return (QueryResult) m.invoke(admin, "rocketidx", topic, tag, 64, 0L, Long.MAX_VALUE, "T", null);
+            }
+        }
+        throw new IllegalStateException("this client has no tag query");
+    }
+
     static void query(String namesrv, String in) throws Exception {
         DefaultMQAdminExt admin = new DefaultMQAdminExt("rocketidx-query-admin");
         admin.setNamesrvAddr(namesrv);
@@ -348,8 +358,8 @@ public class Workload {
                 String[] w = line.split("\t");
                 StringBuilder b = new StringBuilder("{\"topic\":" + q(w[0]) + ",\"key\":" + q(w[1]) + ",\"kind\":" + q(w[2]));
                 try {
-                    QueryResult res = w[2].equals("uniq")
-                        ? byUniqKey(admin, w[0], w[1])
+                    QueryResult res = w[2].equals("uniq") ? byUniqKey(admin, w[0], w[1])
+                        : w[2].equals("tag") ? byTag(admin, w[0], w[1])
                         : admin.queryMessage(w[0], w[1], 64, 0, Long.MAX_VALUE);
                     b.append(",\"phy\":[");
                     List<MessageExt> found = res.getMessageList();
