@@ -197,7 +197,7 @@ class BrokerRelease:
     """
 
     given: str | None
-    line: str  # the restart model's release line: 5.x or 4.9.x (rocketidx.verify.restart)
+    line: str  # the restart model's release line: 5.x (8fc57f1), 5.5.x or 4.9.x (rocketidx.verify.restart)
     tag_entries: bool  # 5.4.0 on: IndexService.buildIndex adds topic#T#TAGS per tagged message
 
     @property
@@ -220,6 +220,7 @@ def broker_release(text: str | None) -> BrokerRelease:
     if m and m.group(1) == "4":
         return BrokerRelease(text.strip(), "4.9.x", False)
     if m and m.group(1) == "5":
-        minor = m.group(2)
-        return BrokerRelease(text.strip(), "5.x", minor is not None and minor != "x" and int(minor) >= 4)
+        minor = int(m.group(2)) if m.group(2) not in (None, "x") else None
+        return BrokerRelease(text.strip(), "5.5.x" if minor is not None and minor >= 5 else "5.x",
+                             minor is not None and minor >= 4)
     raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.3, 5.5.0)")

@@ -229,5 +229,6 @@ CHECKPOINT: Final = np.dtype([
     ("index_msg_timestamp_ms", ">i8"),
     ("master_flushed_offset", ">i8"),
     ("confirm_phy_offset", ">i8"),
+    ("logics_physical_offset", ">i8"),  # 5.5.0 on (StoreCheckpoint.java:61); 0 in older brokers' files
 ])
 CHECKPOINT_FILE_SIZE: Final = 4096

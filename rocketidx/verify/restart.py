@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-VERSIONS = ("5.x", "4.9.x")  # the release lines the model knows; 5.x is the default
+VERSIONS = ("5.x", "5.5.x", "4.9.x")  # the release lines the model knows; 5.x (8fc57f1) is the default
+RECOVER_MAX_SEGMENTS = 10  # 5.4.0 on: commitLogRecoverMaxNum, how far back either recovery looks
 
 # Where each statement comes from, per release line: "Class.method (File.java:line)".
 JAVA = {
@@ -47,6 +48,19 @@ JAVA = {
         "index_load": "IndexService.load (IndexService.java:70: endTimestamp > indexMsgTimestamp deleted)",
         "index_take": "IndexService.buildIndex (IndexService.java:216: commitLogOffset < endPhyOffset skipped)",
         "queue_take": "ConsumeQueue.putMessagePositionInfo (ConsumeQueue.java:800: offset + size <= maxPhysicOffset skipped)",
+    },
+    "5.5.x": {
+        "queues_end": "ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue (ConsumeQueueStore.java:300), "
+                      "ConsumeQueue.recover (ConsumeQueue.java:132)",
+        "clean": "CommitLog.recoverNormally (CommitLog.java:340-371: doDispatch = commitLogOffset > dispatchFromPhyOffset); "
+                 "DefaultMessageStore.start (DefaultMessageStore.java:444: reput from getConfirmOffset)",
+        "crash": "CommitLog.recoverAbnormally (CommitLog.java:738-760: at most commitLogRecoverMaxNum = 10 segments back), "
+                 "ConsumeQueueStore.isMappedFileMatchedRecover (ConsumeQueueStore.java:625-631: the first record's offset "
+                 "<= the checkpoint's logicsPhysicalOffset, or with that 0 its storeTimestamp <= logicsMsgTimestamp), "
+                 "IndexService.isMappedFileMatchedRecover (IndexService.java:432-444)",
+        "index_load": "IndexService.load (IndexService.java:73: endTimestamp > indexMsgTimestamp deleted)",
+        "index_take": "IndexService.buildIndex (IndexService.java:231: commitLogOffset < endPhyOffset skipped)",
+        "queue_take": "ConsumeQueue.putMessagePositionInfo (ConsumeQueue.java:802: offset + size <= maxPhysicOffset skipped)",
     },
     "4.9.x": {
         "queues_end": "DefaultMessageStore.start (DefaultMessageStore.java:252-277), ConsumeQueue.recover",
@@ -135,7 +149,8 @@ def restart_model(*, abort: bool, version: str, switches: BrokerSwitches, queues
         index_ts = (checkpoint or {}).get("index_msg_timestamp_ms", 0)
         deleted = [f.name for f in kept if f.header.end_timestamp > index_ts]
         kept = [f for f in kept if f.header.end_timestamp <= index_ts]
-        start, how = _crash_start(segments, checkpoint, switches, first_store_time)
+        start, how = (_crash_start_55(segments, checkpoint, switches, first_store_time) if version == "5.5.x"
+                      else _crash_start(segments, checkpoint, switches, first_store_time))
     elif version == "4.9.x":
         start, how = max(D, first, 0), "a clean stop: start() resumes at the queues' highest end"
     else:
@@ -148,6 +163,33 @@ def restart_model(*, abort: bool, version: str, switches: BrokerSwitches, queues
         reindex = max(E, start)
     return RestartModel("crash" if abort else "clean", version, switches, D, start, log_end, deleted, E,
                         reindex, how)
+
+
+def _crash_start_55(segments, checkpoint: dict | None, switches: BrokerSwitches, first_store_time):
+    """5.5.0: the newest segment whose first record is at or below the checkpoint's logicsPhysicalOffset
+    (byte 40; with it 0, stored by logicsMsgTimestamp), and with messageIndexSafe stored by
+    indexMsgTimestamp; looking back at most 10 segments, the 10th is taken when none matches."""
+    cp = checkpoint or {}
+    logics_phy = cp.get("logics_physical_offset", 0)
+    safe = switches.message_index_enable and switches.message_index_safe
+    if not segments:
+        return None, "a crash, and no CommitLog"
+    left = RECOVER_MAX_SEGMENTS
+    for i in range(len(segments) - 1, -1, -1):
+        seg = segments[i]
+        left -= 1
+        ts = first_store_time(seg)
+        ok = ts is not None and ts != 0 and (
+            seg.base_offset <= logics_phy if logics_phy > 0 else ts <= cp.get("logics_msg_timestamp_ms", 0)) and (
+            not safe or ts <= cp.get("index_msg_timestamp_ms", 0))
+        if ok:
+            rule = (f"at or below logicsPhysicalOffset {logics_phy}" if logics_phy > 0 else
+                    f"stored by logicsMsgTimestamp {cp.get('logics_msg_timestamp_ms', 0)} (logicsPhysicalOffset 0)")
+            return seg.base_offset, f"a crash: recoverAbnormally starts at the newest segment whose first message is {rule}"
+        if left <= 0:
+            return seg.base_offset, (f"a crash: recoverAbnormally looks back {RECOVER_MAX_SEGMENTS} segments at most "
+                                     "and starts at the last it looked at")
+    return segments[0].base_offset, "a crash, and no segment matches: the first segment"
 
 
 def _crash_start(segments, checkpoint: dict | None, switches: BrokerSwitches, first_store_time):

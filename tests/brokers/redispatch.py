@@ -9,19 +9,22 @@ each broken into its parts: the rm, the backfill, the broker's start to "boot su
 and the time from there until the last message is pulled.
 
     cd tests && ../.venv/bin/python -m brokers.redispatch [--version 5.5.0] [--gb 2.1] [--work DIR] [--keep]
-                                                          [--json PATH] [--small-index] [--verify b|both|none]
+        [--json PATH] [--rounds N] [--no-tls] [--small-index] [--verify b|both|none] [--boot-timeout S]
+        [--backfill-args ARGS]
 
-The store: ``--gb`` GiB of ~16 KB bodies (keys ``b<i>``, tags) in batches of 64 over 4 topics × 8
+The store: ``--gb`` GiB of ~16 KB bodies (keys ``b<i>``, tags) in batches of 64 over 4 topics x 8
 queues (driver/Bulk.java), then one last message alone, so it is the log's last. The broker: the test
 harness's conf with the broker's own sizes: 1 GiB CommitLog segments, 300000-entry queue files,
 5000000 slots / 20000000 items per IndexFile (``--small-index``: 500000 / 2000000), ASYNC_FLUSH, 4 MiB
 maxMessageSize. The clock of each run starts before the rm and stops when the waiting consumer
-(Bulk ``waitlast``, started right after the rm/backfill so its JVM start overlaps the broker's) exits
-with the message. Copies are made before the clocks, with ``cp --reflink=auto``; both copies and the
-source sit in the page cache alike (the machine's RAM holds them), nothing is dropped.
+(Bulk ``waitlast``, started right after the rm/backfill so its JVM start overlaps the broker's) has the
+message: the wall-clock moment it prints, after which it halts. Copies are made before the clocks, with
+``cp --reflink=auto``; the source and the copies sit in the page cache alike (the machine's RAM holds
+them), nothing is dropped. ``--rounds N`` times N pairs, each on fresh copies, in turns (a, b), (b, a)...,
+and reports the medians.
 
-The machine is shared: the load average (1 min) before each timed part, and the other brokers running,
-are printed with the figures.
+The machine is shared: the load average (1 min) before and during each timed part, and the other brokers
+running, are recorded with the figures.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -67,7 +71,9 @@ def bulk_classes(version: str) -> Path:
 
 def bulk_cmd(cluster: Cluster, *args: str, heap: str = "512m") -> list[str]:
     cp = f"{bulk_classes(cluster.version)}{os.pathsep}{cluster.lib / '*'}"
+    conf = cluster.root / "home" / "conf" / "rmq.client.logback.xml"  # written by _props: logs/client.log
     return [harness.java_bin(), f"-Xmx{heap}", *cluster._props(), "-Drocketmq.client.logLevel=WARN",
+            f"-Dlogback.configurationFile={conf}", f"-Drmq.logback.configurationFile={conf}",
             "-cp", cp, "Bulk", args[0], cluster.namesrv_addr, *args[1:]]
 
 
@@ -162,7 +168,8 @@ def start_namesrv(cluster: Cluster) -> None:
     cluster.write_conf()
 
 
-def timed_restart(cluster: Cluster, last: dict, *, backfill: bool, boot_timeout: float) -> dict:
+def timed_restart(cluster: Cluster, last: dict, *, backfill: bool, boot_timeout: float,
+                  backfill_args: tuple[str, ...] = ()) -> dict:
     """From a stopped store with its consumequeue/: the clock, rm -r consumequeue, [backfill], the
     waiting consumer and the broker started, the clock stopped when the consumer exits with the message.
     The broker is stopped cleanly afterwards (its stop is not counted)."""
@@ -176,7 +183,7 @@ def timed_restart(cluster: Cluster, last: dict, *, backfill: bool, boot_timeout:
         t_rm = time.time()
         if backfill:
             cmd = [*rocketidx_bin(), "backfill", "--store", str(store), "--broker-conf", str(conf),
-                   "--broker-version", cluster.version]
+                   "--broker-version", cluster.version, *backfill_args]
             row["backfill_cmd"] = " ".join(cmd)
             row["load_before_backfill"] = loadavg()
             run = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
@@ -200,19 +207,20 @@ def timed_restart(cluster: Cluster, last: dict, *, backfill: bool, boot_timeout:
                 if waiter.poll() is None:
                     _signal_group(waiter, 9)
                     waiter.wait()
-        t_last = time.time()
+        t_exit = time.time()
     if rc != 0:
         raise HarnessError(f"waitlast exited {rc}; see {cluster.root / 'logs' / 'waitlast.err'}")
     got = last_json(wait_out)
     if got.get("keys") != "b-last":
         raise HarnessError(f"waitlast pulled {got}, not the last message")
+    t_last = got["found_at_ms"] / 1000  # the moment the consumer had it (this machine's clock, as time.time)
     row.update({
         "total_s": round(t_last - t0, 2),
         "rm_s": round(t_rm - t0, 2),
         "backfill_s": round(t_fill - t_rm, 2),
         "start_to_boot_s": round(t_boot - t_fill, 2),
         "boot_to_last_s": round(t_last - t_boot, 2),
-        "found_after_boot_s": round(got["found_at_ms"] / 1000 - t_boot, 2),
+        "waitlast_exit_after_found_s": round(t_exit - t_last, 2),
         "waitlast": got,
         "load": load.as_dict(),
         "broker_log": broker_log_marks(cluster),
@@ -282,11 +290,12 @@ def same_queues(x: Path, y: Path) -> bool | str:
 
 
 def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, boot_timeout: float,
-        rounds: int = 1, keep: bool = False, result: dict | None = None) -> dict:
+        rounds: int = 1, keep: bool = False, backfill_args: tuple[str, ...] = (), result: dict | None = None) -> dict:
     """The whole run; ``result`` (filled as it goes, so a failure keeps what was measured) is returned."""
     conf = broker_conf(small_index)
     result = {} if result is None else result
-    result.update({"version": version, "gb": gb, "work": str(work), "conf": {k: conf[k] for k in (
+    result.update({"version": version, "gb": gb, "jdk_java_options": os.environ.get("JDK_JAVA_OPTIONS"),
+                   "work": str(work), "conf": {k: conf[k] for k in (
         "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "flushDiskType",
         "maxMessageSize")}, "jvm": harness.JVM_FLAGS[:4], "cpus": os.cpu_count()})
     clusters: list[Cluster] = []
@@ -342,7 +351,8 @@ def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, 
                 print(f"[{time.strftime('%H:%M:%S')}] round {rnd + 1} ({name}) "
                       f"{'rm + backfill + broker' if fill else 'rm + broker'}, load {loadavg()}, other brokers: "
                       f"{len(brokers_running())}", flush=True)
-                got = timed_restart(cluster, last, backfill=fill, boot_timeout=boot_timeout)
+                got = timed_restart(cluster, last, backfill=fill, boot_timeout=boot_timeout,
+                                    backfill_args=backfill_args)
                 row[name] = got
                 print(f"[{time.strftime('%H:%M:%S')}] round {rnd + 1} ({name}) total {got['total_s']} s = rm "
                       f"{got['rm_s']} + backfill {got['backfill_s']} + start-to-boot {got['start_to_boot_s']} + "
@@ -430,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="rocketidx verify --store on the stopped store after (b) (default), both runs, or none")
     p.add_argument("--rounds", type=int, default=1,
                    help="timed pairs on fresh copies of the one store, in turns (a,b), (b,a), ...; medians reported")
+    p.add_argument("--no-tls", action="store_true",
+                   help="start namesrv and brokers with -Dtls.server.mode=disabled (through JDK_JAVA_OPTIONS): "
+                        "no self-signed certificate made at each boot, whose RSA key generation takes 1 to 12 s "
+                        "on this machine depending on its load")
+    p.add_argument("--backfill-args", default="",
+                   help="more arguments for (b)'s backfill, e.g. '--targets consumequeue' (default: none)")
     p.add_argument("--boot-timeout", type=float, default=3600, help="seconds a broker may take to boot")
     args = p.parse_args(argv)
 
@@ -440,10 +456,14 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{work} is not empty")
         work.mkdir(parents=True, exist_ok=True)
     print(f"work dir {work}", flush=True)
+    if args.no_tls:  # the harness's JVM flags are fixed; the java launcher adds these to each JVM it starts
+        extra = os.environ.get("JDK_JAVA_OPTIONS", "")
+        os.environ["JDK_JAVA_OPTIONS"] = f"{extra} -Dtls.server.mode=disabled".strip()
     result: dict = {}
     try:
         run(args.version, args.gb, work, small_index=args.small_index, verify=args.verify,
-            boot_timeout=args.boot_timeout, rounds=args.rounds, keep=args.keep, result=result)
+            boot_timeout=args.boot_timeout, rounds=args.rounds, keep=args.keep,
+            backfill_args=tuple(shlex.split(args.backfill_args)), result=result)
         print(report(result))
         return 0
     except HarnessError as e:

@@ -2,6 +2,8 @@
 none for an empty TAGS or a rollback), on both paths; and the release a ``--broker-version`` names."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from scenarios import KNOWN_TEXT_BUGS, SCENARIOS, VALID
@@ -67,7 +69,7 @@ def test_a_tag_with_separators_is_one_entry(tmp_path):
 
 @pytest.mark.parametrize("text,line,tags", [
     (None, "5.x", False), ("5.x", "5.x", False), ("5", "5.x", False), ("5.3.3", "5.x", False),
-    ("5.4.0", "5.x", True), ("5.5", "5.x", True), ("v5.5.0", "5.x", True), ("rocketmq-all-5.5.0", "5.x", True),
+    ("5.4.0", "5.x", True), ("5.5", "5.5.x", True), ("v5.5.0", "5.5.x", True), ("rocketmq-all-5.5.0", "5.5.x", True),
     ("4.9.8", "4.9.x", False), ("4.9.x", "4.9.x", False)])
 def test_broker_version_names_the_rules(text, line, tags):
     r = broker_release(text)
@@ -127,8 +129,32 @@ def test_verify_store_and_backfill_refuse_in_one_line(two_stores, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "holds 5.4+ tag entries" in err[0] and "--broker-version 5.5.0" in err[0]
-    # with the release named, the index is judged (clean) and only the queues, never built here, are missing
+    # with the release named, the index is judged (clean); the queues, never built here, a clean restart
+    # dispatches again from the log's start, so nothing is lost
     assert main(["verify", "--store", store55, "--hash-slots", "101", "--index-num", "4000",
-                 "--broker-version", "5.5.0"]) == 1
+                 "--broker-version", "5.5.0"]) == 0
     out = capsys.readouterr().out
-    assert "index: clean" in out and "missing-queue" in out
+    assert "index: clean" in out and "consumequeue: clean" in out
+    assert re.search(r"the queues lack ([\d,]+) entries: the restart restores \1, 0 stay lost", out)
+
+
+def test_a_5_5_crash_restart_starts_at_the_checkpoints_logics_physical_offset():
+    """5.5.0 recoverAbnormally: the newest segment whose first record is at or below logicsPhysicalOffset
+    (byte 40 of the checkpoint), else by logicsMsgTimestamp; never more than 10 segments back."""
+    from types import SimpleNamespace
+    from rocketidx.verify.restart import BrokerSwitches, restart_model
+    segs = [SimpleNamespace(base_offset=i * 1000) for i in range(14)]
+    first_ts = {s.base_offset: 10_000 + s.base_offset for s in segs}
+
+    def model(version, **cp):
+        cp = {"physic_msg_timestamp_ms": 0, "logics_msg_timestamp_ms": 0, "index_msg_timestamp_ms": 0, **cp}
+        return restart_model(abort=True, version=version, switches=BrokerSwitches(), queues_end=13_500, segments=segs,
+                             log_end=14_000, checkpoint=cp, index_files=[],
+                             first_store_time=lambda seg: first_ts[seg.base_offset])
+
+    assert model("5.5.x", logics_physical_offset=12_400).redispatch_from == 12_000
+    assert model("5.5.x", logics_physical_offset=0, logics_msg_timestamp_ms=10_000 + 11_500).redispatch_from == 11_000
+    far = model("5.5.x", logics_physical_offset=1)  # no segment of the last 10 qualifies: the 10th back
+    assert far.redispatch_from == 4_000 and "10 segments" in far.how
+    # 8fc57f1: min(physic, logics) - 3 s, any distance back (physic 0 here: the first segment)
+    assert model("5.x", logics_physical_offset=12_400, logics_msg_timestamp_ms=99_999).redispatch_from == 0
