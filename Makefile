@@ -64,6 +64,8 @@ interrupts: $(STAMP)
 # (make test runs the one marked ci in tests/brokers/versions.txt, smaller)
 brokers: $(STAMP)
 	mkdir -p bench-data && cd tests && ../$(BIN)/python -m brokers.matrix --json ../bench-data/brokers-matrix.json
+	cd tests && ../$(BIN)/python -m brokers.matrix --versions 5.3.3 5.5.0 --set enabledAppendPropCRC=true \
+		--json ../bench-data/brokers-matrix-propcrc.json
 	cd tests && ../$(BIN)/python -m brokers.campaign --json ../bench-data/brokers-campaign.json
 
 # What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas

@@ -51,46 +51,78 @@ class MavenUnavailable(HarnessError):
 def versions() -> tuple[list[str], str]:
     """The pinned versions of versions.txt and the one marked ``ci``."""
     pinned, ci = [], None
-    for line in (HERE / "versions.txt").read_text().splitlines():
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
+    for words in _lines():
         pinned.append(words[0])
         if "ci" in words[1:]:
             ci = words[0]
     return pinned, ci or pinned[-1]
 
 
+def _lines() -> list[list[str]]:
+    out = []
+    for line in (HERE / "versions.txt").read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            out.append(words)
+    return out
+
+
+def substitute(version: str) -> str | None:
+    """The release whose broker, namesrv and filter modules stand in for ``version``'s where Maven does not
+    serve those three (versions.txt's ``broker=R``); every other RocketMQ module, the store among them, is
+    ``version``'s own."""
+    for words in _lines():
+        if words[0] == version:
+            for w in words[1:]:
+                if w.startswith("broker="):
+                    return w.split("=", 1)[1]
+    return None
+
+
 def major(version: str) -> int:
     return int(version.split(".", 1)[0])
 
 
+# The modules a 4.9/5.x broker pulls in besides broker, namesrv and filter: pinned to the version itself
+# when its broker comes from a substitute, so that the store that writes the files is the version's.
+OWN_MODULES = ("rocketmq-store", "rocketmq-common", "rocketmq-remoting", "rocketmq-client", "rocketmq-tools",
+               "rocketmq-srvutil", "rocketmq-acl", "rocketmq-logging")
+
+
 def _pom(version: str) -> str:
-    deps = "".join(
-        f"<dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
-        f"<version>{version}</version></dependency>\n" for a in ARTIFACTS)
+    sub = substitute(version)
+
+    def dep(a: str, v: str) -> str:
+        return (f"<dependency><groupId>org.apache.rocketmq</groupId><artifactId>{a}</artifactId>"
+                f"<version>{v}</version></dependency>\n")
+
+    deps = "".join(dep(a, sub if sub and a in ("rocketmq-broker", "rocketmq-namesrv") else version)
+                   for a in ARTIFACTS)
+    managed = ("<dependencyManagement><dependencies>\n" + "".join(dep(a, version) for a in OWN_MODULES)
+               + "</dependencies></dependencyManagement>\n") if sub else ""
     return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0</modelVersion>\n"
             f"<groupId>rocketidx.brokers</groupId><artifactId>rocketmq-{version}</artifactId><version>1</version>\n"
-            f"<packaging>pom</packaging><dependencies>\n{deps}</dependencies></project>\n")
+            f"<packaging>pom</packaging>{managed}<dependencies>\n{deps}</dependencies></project>\n")
 
 
 def fetch(version: str) -> Path:
     """The directory of every jar a broker, namesrv and client of ``version`` need (downloaded once)."""
     home = CACHE / version
     lib, stamp = home / "lib", home / "lib.complete"
-    if stamp.exists():
+    pom = _pom(version)
+    if stamp.exists() and stamp.read_text() in ("", pom):  # "" : a stamp from before the pom was kept in it
         return lib
     if shutil.which("mvn") is None:
         raise MavenUnavailable("mvn is not on PATH: the broker tests need Maven to fetch RocketMQ's jars")
     home.mkdir(parents=True, exist_ok=True)
-    (home / "pom.xml").write_text(_pom(version))
+    (home / "pom.xml").write_text(pom)
     shutil.rmtree(lib, ignore_errors=True)
     run = subprocess.run(["mvn", "-q", "-B", "dependency:copy-dependencies", f"-DoutputDirectory={lib}"],
                          cwd=home, capture_output=True, text=True, timeout=1800)
     if run.returncode != 0:
         why = [ln for ln in run.stdout.splitlines() + run.stderr.splitlines() if "ERROR" in ln][:1]
         raise MavenUnavailable(f"Maven could not fetch RocketMQ {version}: {why[0] if why else run.returncode}")
-    stamp.write_text("")
+    stamp.write_text(pom)
     return lib
 
 

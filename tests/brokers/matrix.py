@@ -225,6 +225,30 @@ class CommitLog:
         return Record(offset, topic, store_ts, sys_flag, props)
 
 
+    def records(self):
+        """Every record, segment by segment, up to each one's blank end (a magic that is no record's)."""
+        for base, _ in self.segments:
+            _, data = self._segment(base)
+            p = 0
+            while p + 8 <= len(data):
+                total, magic = struct.unpack_from(">ii", data, p)
+                if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0:
+                    break
+                yield magic, self.record(base + p)
+                p += total
+
+
+def log_census(directory: Path) -> dict[str, int]:
+    """What the broker wrote: records, those in the V2 layout (a 2-byte topic length) and those carrying the
+    ``__CRC32#`` property enabledAppendPropCRC appends, so that a run says which layouts it exercised."""
+    out = Counter()
+    for magic, rec in CommitLog(directory).records():
+        out["records"] += 1
+        out["v2"] += magic == MAGIC_V2
+        out["prop_crc"] += "__CRC32#" in rec.props
+    return dict(out)
+
+
 def client_keeps(version: str, kind: str, topic: str, key: str, offsets: list[int], log: CommitLog) -> list[int]:
     """What MQAdminImpl.queryMessage keeps of a broker answer made of ``offsets`` (the broker sorts them
     ascending, duplicates kept): by key, the records of ``topic`` whose KEYS split on " " hold ``key``; by
@@ -363,6 +387,8 @@ class Result:
     query_stats: dict[str, int] = field(default_factory=dict)
     query_errors: list[str] = field(default_factory=list)
     query_differ: list[dict] = field(default_factory=list)
+    settings: dict[str, str] = field(default_factory=dict)
+    log: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
         if self.error and not self.consumequeue[1]:
@@ -370,20 +396,11 @@ class Result:
         s = (f"{self.version}: consumequeue {self.consumequeue[0]}/{self.consumequeue[1]} identical, "
              f"index {self.index[0]}/{self.index[1]} identical ({self.index_empty_tail} empty trailing broker "
              f"file(s) left out), queries {self.queries[0]}/{self.queries[1]} identical, messages sent "
-             f"{self.sent}, read by consumer {self.read}")
+             f"{self.sent}, read by consumer {self.read}; log records {self.log.get('records', 0)}, "
+             f"V2 {self.log.get('v2', 0)}, with __CRC32# {self.log.get('prop_crc', 0)}")
+        if self.settings:
+            s += " (" + ", ".join(f"{k}={v}" for k, v in self.settings.items()) + ")"
         return s + (f" [error: {self.error}]" if self.error else "")
-
-
-# 4.9's MappedFile.clean reaches jdk.internal.ref.Cleaner.clean() by reflection; on Java 17 without this
-# flag the broker's shutdown hook throws in AllocateMappedFileService.shutdown (destroying the pre-allocated
-# next CommitLog file), before DefaultMessageStore.shutdown deletes ``abort``: every SIGTERM stop of a 4.9
-# broker would then look like a crash. harness.JVM_FLAGS lacks it; added here until it has it (a no-op then).
-CLEANER_FLAG = "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED"
-
-
-def ensure_cleaner_flag() -> None:
-    if CLEANER_FLAG not in harness.JVM_FLAGS:
-        harness.JVM_FLAGS.append(CLEANER_FLAG)
 
 
 def _timed(res: Result, phase: str, t0: float) -> float:
@@ -446,6 +463,7 @@ def build_phase(cluster: Cluster, res: Result, out: Path) -> bool:
 
 def compare_phase(cluster: Cluster, res: Result, out: Path) -> None:
     store, slots = cluster.store, int(cluster.conf.get("maxHashSlotNum", 5000000))
+    res.log = log_census(store / "commitlog")
     cq = compare.compare_queues(store, out)
     res.consumequeue = [cq.same, cq.total]
     theirs_q, ours_q = compare.queue_files(store), compare.queue_files(out)
@@ -499,13 +517,14 @@ def query_phase(cluster: Cluster, res: Result, out: Path, queries: list, answers
     res.queries_late = late
 
 
-def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) -> Result:
+def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
+                settings: dict[str, str] | None = None) -> Result:
     """The whole matrix step for one version in ``root`` (a fresh directory); the broker and namesrv are
-    down when it returns, whatever happened."""
-    res = Result(version, root=str(root))
+    down when it returns, whatever happened. ``settings``: broker.conf keys over the harness's defaults."""
+    res = Result(version, root=str(root), settings=dict(settings or {}))
     root.mkdir(parents=True, exist_ok=True)
-    ensure_cleaner_flag()
     cluster = Cluster(version, root)
+    cluster.conf.update(settings or {})
     t_all = t = time.monotonic()
     try:
         cluster.start()
@@ -580,14 +599,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="where each version's fresh directory is made (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the versions' directories (stores, logs, answers)")
     p.add_argument("--json", help="write the summary here")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf setting over the harness's (repeatable), e.g. enabledAppendPropCRC=true")
     a = p.parse_args(argv)
+    settings = dict(kv.split("=", 1) for kv in a.set if "=" in kv)
+    if len(settings) != len(a.set):
+        p.error("--set takes KEY=VALUE")
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="rocketidx-matrix-"))
     work.mkdir(parents=True, exist_ok=True)
     results, roots = [], []
     try:
         for v in a.versions:
             roots.append(Path(tempfile.mkdtemp(prefix=f"{v}-", dir=work)))
-            res = run_version(v, roots[-1], a.messages, a.seed)
+            res = run_version(v, roots[-1], a.messages, a.seed, settings)
             results.append(res)
             print(res.line(), flush=True)
             for ln in details(res):
