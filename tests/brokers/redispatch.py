@@ -55,14 +55,15 @@ GIB = 1 << 30
 # --- the client ------------------------------------------------------------------------------------------
 
 def bulk_classes(version: str) -> Path:
-    """Bulk.java compiled against ``version``'s client and tools jars (once per source change)."""
-    digest = hashlib.sha1(BULK.read_bytes()).hexdigest()[:12]
+    """Bulk.java, with the Workload.java it borrows from, compiled against ``version``'s client and tools jars
+    (once per source change)."""
+    digest = hashlib.sha1(BULK.read_bytes() + harness.DRIVER.read_bytes()).hexdigest()[:12]
     out = harness.CACHE / version / f"bulk-{digest}"
     if (out / "Bulk.class").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
     run = subprocess.run([harness.java_bin("javac"), "-nowarn", "-encoding", "UTF-8", "-cp",
-                          str(harness.fetch(version) / "*"), "-d", str(out), str(BULK)], capture_output=True, text=True)
+                          str(harness.fetch(version) / "*"), "-d", str(out), str(BULK), str(harness.DRIVER)], capture_output=True, text=True)
     if run.returncode != 0:
         shutil.rmtree(out, ignore_errors=True)
         raise HarnessError(f"javac Bulk.java against RocketMQ {version}:\n{run.stderr[-3000:]}")

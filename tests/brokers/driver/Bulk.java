@@ -68,8 +68,10 @@ public class Bulk {
         for (int t = 0; t < topics; t++) {
             admin.createAndUpdateTopicConfig(brokerAddr, new TopicConfig("BULK" + t, queues, queues, 6));
         }
+        List<String> created = new ArrayList<>();
+        for (int t = 0; t < topics; t++) created.add("BULK" + t);
+        Workload.awaitRoutes(admin, created);
         admin.shutdown();
-        Thread.sleep(1500);  // the broker registers the new topics with the namesrv
 
         DefaultMQProducer producer = new DefaultMQProducer("rocketidx-bulk");
         producer.setNamesrvAddr(namesrv);

@@ -128,7 +128,10 @@ public class Workload {
         }
         admin.createAndUpdateTopicConfig(brokerAddr, new TopicConfig(longTopic, 2, 2, 6));
         admin.createAndUpdateTopicConfig(brokerAddr, new TopicConfig("TRetry", 2, 2, 6));
-        Thread.sleep(1500);  // the broker registers the new topics with the namesrv
+        List<String> created = new ArrayList<>(Arrays.asList(TOPICS));
+        created.add(longTopic);
+        created.add("TRetry");
+        awaitRoutes(admin, created);
 
         log("topics created");
         DefaultMQProducer producer = new DefaultMQProducer("rocketidx-producer");
@@ -274,6 +277,20 @@ public class Workload {
             return;
         }
         throw new IllegalStateException("no createAndUpdateSubscriptionGroupConfig");
+    }
+
+    /** Waits until the namesrv routes every topic just created: the broker registers them asynchronously, and
+     * on a loaded machine that takes seconds, so a fixed pause let whole workloads fail with "No route info". */
+    static void awaitRoutes(DefaultMQAdminExt admin, List<String> topics) throws Exception {
+        long end = System.currentTimeMillis() + 60000;
+        for (String topic : topics) {
+            while (true) {
+                try { if (!admin.examineTopicRouteInfo(topic).getQueueDatas().isEmpty()) break; }
+                catch (Exception e) { if (System.currentTimeMillis() > end) throw e; }
+                if (System.currentTimeMillis() > end) throw new IllegalStateException("no route for " + topic + " after 60 s");
+                Thread.sleep(200);
+            }
+        }
     }
 
     /** The namesrv's topics once the broker has registered its own: a broker just restarted after a kill -9
