@@ -669,7 +669,7 @@ def _backfill_kills(root: Path, store: Path, kills: int, rng: random.Random) -> 
         code = _kill_group_after(bf, delay)
         step = "after the kill"
         try:
-            backups = sorted((broker / "index.backup").glob("*")) if (broker / "index.backup").exists() else []
+            backups = sorted((broker / "index.backup").glob("*/index")) if (broker / "index.backup").exists() else []
             phase = ("the end" if code != -9 else "the install (rolled back by the rerun)" if interrupted(broker)
                      else "after the install" if backups else "before the install")
             for name, data in before.items():
