@@ -8,7 +8,7 @@ prints in its summary.
 Why a break-even: a local Spark session costs seconds of JVM start and a first job before it reads a
 byte, then reads with every core; the in-process core reads at several hundred MB/s on one. Below the
 break-even the single process finishes first; ``make bench`` measures where the two meet on this
-machine (``bench/bench_engine.py``), and the default in ``conf/spark.json`` is that figure.
+machine (``bench/speed/bench_engine.py``), and the default in ``conf/spark.json`` is that figure.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from rocketidx.errors import ConfigError
 
 IN_PROCESS, SPARK = "in-process", "spark"
-# Where a local[2] session's fixed cost is paid back on the reference machine (bench/bench_engine.py);
+# Where a local[2] session's fixed cost is paid back on the reference machine (bench/speed/bench_engine.py);
 # conf/spark.json carries the same figure, this is for an installed package without conf/.
 DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
 

@@ -10,7 +10,7 @@ the bytes the server sent (GET bodies) and the process's peak RSS:
   512 MB each).
 
 Results go to stdout and ``bench-data/results-remote.json``.
-Usage: ``python bench/bench_remote.py [--messages N]``.
+Usage: ``python bench/speed/bench_remote.py [--messages N]``.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 sys.path.insert(0, str(ROOT / "tests"))
 

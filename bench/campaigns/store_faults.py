@@ -39,9 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "campaigns"))
 
 from cq_faults import KINDS as QUEUE_KINDS, _log_end, damage  # noqa: E402
 from store_scenarios import scenario  # noqa: E402

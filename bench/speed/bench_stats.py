@@ -12,7 +12,7 @@ the Spark bench generates it) when present, else ``bench-data/store-<N>`` genera
 * stats + CommitLog: the same with the CommitLog (topics, key strings, true collisions)
 
 The issue's bar: stats within 2x the build time. Results go to stdout and ``bench-data/results-stats.json``.
-Usage: ``python bench/bench_stats.py [--store DIR] [--messages N] [--no-spark-build] [--master local[*]]``.
+Usage: ``python bench/speed/bench_stats.py [--store DIR] [--messages N] [--no-spark-build] [--master local[*]]``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench.warm_page_cache
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 
 _STATS = r"""

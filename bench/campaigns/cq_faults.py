@@ -26,7 +26,7 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
 from rocketidx.verify.queues import verify_consumequeues
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "reference" / "golden"
 UNIT = 20
 KINDS = ("flip-phy", "flip-size", "flip-tags", "zero-entry", "truncate", "extend", "delete-oldest", "delete-middle",

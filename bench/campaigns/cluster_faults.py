@@ -27,7 +27,7 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "tests")]
 
 JOB_ARGS = ["--targets", "index,consumequeue", "--window", "1h", "--timezone", "UTC", "--hash-slots", "10007",
