@@ -71,7 +71,7 @@ brokers: $(STAMP)
 # What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas
 # and rocketidx from its wheel, with the compiled kernel), the wheel, and rocketidx.zip (the --py-files fallback)
 dist: $(STAMP)
-	$(BIN)/python -m rocketidx.spark.ship --out dist
+	$(BIN)/python -m rocketidx.packaging.ship --out dist
 
 refcheck: $(STAMP)
 	$(BIN)/python ../shared/tools/refcheck.py

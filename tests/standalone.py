@@ -128,7 +128,7 @@ def _sources_digest() -> str:
 def dist_archive() -> tuple[Path, float | None]:
     """``dist/rocketidx-env.tar.gz``, built by ``make dist``'s code unless the one there was built from these
     sources; (archive, seconds the build took, None when it was reused)."""
-    from rocketidx.spark.ship import ENV_ARCHIVE, build_dist
+    from rocketidx.packaging.ship import ENV_ARCHIVE, build_dist
     dist = ROOT / "dist"
     stamp = dist / ".sources-digest"
     digest = _sources_digest()

@@ -117,7 +117,7 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
     from s3server import S3Server, configure_environment
     from standalone import Cluster, dist_archive, event_log_conf, start_recipe
 
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     rng = random.Random(seed)
     counts, failures = Counter(), []
     store = work / "store"

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from rocketidx.build.local import build_index
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
 from rocketidx.verify.queues import verify_consumequeues

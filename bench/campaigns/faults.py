@@ -89,7 +89,7 @@ from rocketidx.backfill.store import interrupted, run_backfill  # noqa: E402
 from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
-from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.index.lookup import query_offsets  # noqa: E402
 from rocketidx.query.lookup import open_index  # noqa: E402
 from rocketidx.commitlog.segments import list_segments  # noqa: E402

@@ -48,7 +48,7 @@ from store_scenarios import scenario  # noqa: E402
 
 from rocketidx.backfill.repair import repair_store  # noqa: E402
 from rocketidx.build.local import build_index  # noqa: E402
-from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
 from rocketidx.output.broker import read_checkpoint  # noqa: E402

@@ -32,12 +32,12 @@ YARDSTICK = {"MB/s": 650, "messages/s": 0.92e6, "entries/s": 2.3e6}
 
 
 def ensure_store(messages: int) -> Path:
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     store = DATA / ("store-1g" if messages == 2_500_000 else f"store-{messages}")
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, keys_per_message=2,
                     span_ms=24 * 3_600_000, seed=7)
     marker = store / "generator.json"
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import same_store
     if same_store(marker, cfg):
         return store
     print(f"generating {messages:,} messages into {store} (once) ...", flush=True)

@@ -49,11 +49,11 @@ STORES = {
 
 
 def ensure_store(name: str) -> Path:
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     store = DATA / name
     cfg = GenConfig(**STORES[name])
     marker = store / "generator.json"
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import same_store
     if same_store(marker, cfg):
         return store
     print(f"generating {name} (once) ...", flush=True)

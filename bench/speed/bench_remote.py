@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from s3server import S3Server, configure_environment
 
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     server = S3Server(configure_environment())
     store = DATA / f"remote-store-{a.messages}"
     if not (store / "commitlog").is_dir():

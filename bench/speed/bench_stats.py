@@ -63,8 +63,8 @@ def ensure_store(store: Path | None, messages: int) -> Path:
         return store
     if (DATA / "store-4g" / "generator.json").exists():
         return DATA / "store-4g"
-    from rocketidx.commitlog.generate import GenConfig, generate_store
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import same_store
     store = DATA / f"store-{messages}"
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, span_ms=24 * 3_600_000, seed=1)
     if not same_store(store / "generator.json", cfg):

@@ -75,7 +75,7 @@ CASES = {c.name: c for c in GOLDEN_CASES}
 
 
 def test_the_executors_import_rocketidx_from_the_unpacked_archive_with_its_kernel(submissions, archive):
-    from rocketidx.spark.ship import kernel_in
+    from rocketidx.packaging.ship import kernel_in
     assert kernel_in(archive)
     p, _ = submissions[PROBE]
     assert p.returncode == 0, failed(p)

@@ -18,7 +18,7 @@ import pytest
 
 from rocketidx.build.local import build_index
 from rocketidx.cli import main
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.output.target import read_manifest
 from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
