@@ -26,14 +26,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from pathlib import Path
-
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-
-
-def _default(name: str) -> str | None:
-    p = CONF_DIR / name
-    return str(p) if p.exists() else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,11 +34,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli.build import add_build_arguments, run_build
     from rocketidx.cli import EXIT_CODES_HELP, exit_code, resolve_paths
+    from rocketidx.cli.build import add_build_arguments, report_build
     from rocketidx.cli.common import OneLineParser
+    from rocketidx.config import build_request, project_conf
     p = OneLineParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
-    add_build_arguments(p, conf=_default("defaults.json"), spark_conf=_default("spark.json"), engine_flag=False)
+    # The defaults are the conf/ beside this job: the package itself may come from a --py-files zip, without one.
+    add_build_arguments(p, conf=project_conf("defaults.json", beside=__file__),
+                        spark_conf=project_conf("spark.json", beside=__file__), engine_flag=False)
     p.add_argument("-v", "--verbose", action="count", default=0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING - 10 * min(a.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
@@ -54,7 +49,15 @@ def _run(argv: list[str] | None) -> int:
 
     def run() -> int:
         resolve_paths(a)  # as the command line's: a relative path means the driver's directory, not a task's
-        return run_build(a)
+        request = build_request(a.commitlog, a.out, conf=a.conf, broker_conf=a.broker_conf,
+                                broker_version=a.broker_version, hash_slot_num=a.hash_slots, index_num=a.index_num,
+                                cq_file_size=a.cq_file_size, window_ms=a.window, timezone=a.timezone,
+                                check_crc=False if a.no_crc else None, targets=a.targets,
+                                from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
+                                to_time_ms=a.to_time, time_index=a.time_index, overwrite=a.overwrite,
+                                strict=a.strict, master=a.master, spark_conf=a.spark_conf,
+                                split_bytes=a.split_bytes, partitions=a.partitions)
+        return report_build(request, as_json=a.json)
     return exit_code("nightly_rebuild", run, "the previous output is unchanged")
 
 

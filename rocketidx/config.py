@@ -1,4 +1,10 @@
-"""Build settings: one frozen, validated object, passed explicitly.
+"""Settings, resolved once: every command's flags, the broker's properties file, ``conf/`` and the defaults.
+
+In: what a command or job was given (flags, ``--broker-conf``, ``--conf``, ``--spark-conf``). Out: frozen,
+validated objects, passed explicitly: :class:`BuildConfig` (the files' sizes, window, targets),
+:class:`SparkSettings`, the time index's directory, and each operation's request (:class:`BuildRequest` ...),
+which holds all of them. Stays true: the order flag > broker.conf > conf > default is written here and
+nowhere else, as are where ``conf/`` is and what the time index's ``auto`` means.
 
 Defaults follow the broker's ``MessageStoreConfig`` (5,000,000 hash slots, 20,000,000 items, 64 results
 per query) and the project's choice of one-hour windows.
@@ -6,13 +12,16 @@ per query) and the project's choice of one-hour windows.
 from __future__ import annotations
 
 import json
+import os
 import re
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Mapping
 
 from rocketidx.errors import ConfigError
 import rocketidx.layout as L
-from rocketidx.units import parse_duration_ms, resolve_timezone
+import rocketidx.storage as storage
+from rocketidx.units import parse_duration_ms, parse_size, resolve_timezone
 
 DEFAULT_WINDOW_MS = 3_600_000
 DEFAULT_BATCH_RECORDS = 65_536
@@ -110,10 +119,12 @@ def conf_settings(path: str | Path | None) -> dict:
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def project_conf(name: str) -> str | None:
+def project_conf(name: str, *, beside: str | os.PathLike | None = None) -> str | None:
     """The project's ``conf/<name>`` when running from a checkout (the default settings files), else None:
-    an installed package or a ``--py-files`` zip has no ``conf/`` and runs on built-in defaults."""
-    p = CONF_DIR / name
+    an installed package or a ``--py-files`` zip has no ``conf/`` and runs on built-in defaults.
+    ``beside``: a file of the checkout (a spark-submit job's own), whose ``conf/`` is the one beside its
+    folder, wherever the package was imported from."""
+    p = (CONF_DIR if beside is None else Path(beside).resolve().parents[1] / "conf") / name
     return str(p) if p.is_file() else None
 
 
@@ -224,3 +235,240 @@ def broker_release(text: str | None) -> BrokerRelease:
         return BrokerRelease(text.strip(), "5.5.x" if minor is not None and minor >= 5 else "5.x",
                              minor is not None and minor >= 4)
     raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.3, 5.5.0)")
+
+
+# --- where conf/ is, and what a settings file the user did not name falls back to ---------------------------
+
+def conf_or_project(path: str | os.PathLike | None, name: str) -> str | os.PathLike | None:
+    """``path`` when given, else the project's ``conf/<name>`` (:func:`project_conf`)."""
+    return path or project_conf(name)
+
+
+# --- the build's sizes: flag > --broker-conf > --conf > default ----------------------------------------------
+
+# The sizes' names where a user gives them: the flag, and the key of the broker's properties file.
+SIZE_FLAGS = {"hash_slot_num": ("--hash-slots", "maxHashSlotNum"), "index_num": ("--index-num", "maxIndexNum"),
+              "cq_file_size": ("--cq-file-size", "mappedFileSizeConsumeQueue")}
+_FROM_BROKER = {"hash_slot_num": "maxHashSlotNum", "index_num": "maxIndexNum",
+                "cq_file_size": "mappedFileSizeConsumeQueue", "delay_levels": "messageDelayLevel"}
+
+
+def build_settings(conf: str | os.PathLike | None = None, broker_conf: str | os.PathLike | None = None, *,
+                   hash_slot_num: int | None = None, index_num: int | None = None, cq_file_size: int | None = None,
+                   window_ms: int | None = None, timezone: str | None = None, check_crc: bool | None = None,
+                   targets: str | tuple[str, ...] | None = None) -> tuple[BuildConfig, dict[str, str]]:
+    """The build's settings and where each of the broker's four came from: a flag (the keywords; None: not
+    given), else the broker's properties file (``broker_conf``), else ``conf``, else the default."""
+    broker = broker_settings(broker_conf) if broker_conf else {}
+    flags = {"hash_slot_num": hash_slot_num, "index_num": index_num, "cq_file_size": cq_file_size}
+    from_broker = {k: broker.get(key) for k, key in _FROM_BROKER.items()}
+    chosen = {k: flags.get(k) if flags.get(k) is not None else from_broker[k] for k in from_broker}
+    try:
+        cfg = load_config(conf, window_ms=window_ms, timezone=timezone, check_crc=check_crc, targets=targets, **chosen)
+    except ConfigError as e:
+        raise _as_given(e, conf, flags, from_broker) from None
+    in_conf = conf_settings(conf)
+    said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
+            else "conf" if in_conf.get(k, getattr(BuildConfig(), k)) != getattr(BuildConfig(), k) else "default"
+            for k in from_broker}
+    return cfg, said
+
+
+def _as_given(e: ConfigError, conf, flags: dict, from_broker: dict) -> ConfigError:
+    """A settings error in the words the user gave them: ``--hash-slots`` rather than ``hash_slot_num``,
+    the --broker-conf key or the --conf setting a value came from, and a default said to be one (a flag
+    that makes an IndexFile too large used to be blamed on ``index_num``, a flag not given)."""
+    names = str(e.option).split(", ")
+    if not set(names) <= set(SIZE_FLAGS):
+        return e
+    values = e.value if len(names) > 1 else (e.value,)
+
+    def named(name: str) -> tuple[str, bool]:
+        """(where the value came from, as an option, e.g. ``--broker-conf maxHashSlotNum``; a default?)"""
+        flag, key = SIZE_FLAGS[name]
+        if flags.get(name) is not None:
+            return flag, False
+        if from_broker.get(name) is not None:
+            return f"--broker-conf {key}", False
+        if conf_settings(conf).get(name, getattr(BuildConfig(), name)) != getattr(BuildConfig(), name):
+            return f"--conf {name}", False
+        return flag, True
+    given = sorted(zip(names, values), key=lambda fv: named(fv[0])[1])  # what the user gave first
+    others = ", ".join(f"{named(f)[0]} {v}" + (" (the default)" if named(f)[1] else "") for f, v in given[1:])
+    return ConfigError(named(given[0][0])[0], given[0][1], (f"with {others}, " if others else "") + e.reason)
+
+
+def index_sizes(broker_conf: str | os.PathLike | None, hash_slot_num: int | None,
+                index_num: int | None) -> tuple[dict, int | None, int | None]:
+    """For the commands that read an index (stats, verify, query, backfill): the broker's settings ({}
+    without ``broker_conf``), and ``hash_slot_num``/``index_num``, a flag's, else the file's (None: neither
+    gave it, the files or the manifest will)."""
+    if not broker_conf:
+        return {}, hash_slot_num, index_num
+    got = broker_settings(broker_conf)
+    return (got, got.get("maxHashSlotNum") if hash_slot_num is None else hash_slot_num,
+            got.get("maxIndexNum") if index_num is None else index_num)
+
+
+# --- the time index: a directory, none, or "auto" ------------------------------------------------------------
+
+TIME_INDEX_AUTO = "auto"  # a build's default: TIME_INDEX_DIR_NAME under a local output
+TIME_INDEX_DIR_NAME = "_timeindex"  # under a build's output directory
+
+
+def time_index_setting(flag: str | None) -> str | None:
+    """``--time-index`` as the library takes it: unset is "auto", "none" is None, else the directory."""
+    return TIME_INDEX_AUTO if flag is None else None if flag.lower() == "none" else flag
+
+
+def time_index_dir(setting: str | os.PathLike | None, out: str | os.PathLike) -> str | None:
+    """The directory a build to ``out`` reads and keeps its time index in: for "auto" ``OUT/_timeindex``, none
+    for a URI output (its tasks write elsewhere than the driver reads); None: no time index."""
+    if setting == TIME_INDEX_AUTO:
+        return None if storage.is_uri(str(out)) else os.path.join(str(out), TIME_INDEX_DIR_NAME)
+    return str(setting) if setting else None
+
+
+# --- Spark's settings: conf/spark.json, then flags --------------------------------------------------------------
+
+DEFAULT_SPLIT_BYTES = 128 * 1024**2  # an HDFS block: ~8 tasks per 1 GiB segment
+# Where a local[2] session's fixed cost is paid back on the reference machine (bench/speed/bench_engine.py);
+# conf/spark.json carries the same figure, this is for an installed package without conf/.
+DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
+
+
+@dataclass(frozen=True)
+class SparkSettings:
+    """Spark-side settings: how to split the CommitLog, how many writer partitions, and ``spark.*``."""
+
+    split_bytes: int = DEFAULT_SPLIT_BYTES
+    shuffle_partitions: int | None = None  # None: the session's default parallelism
+    master: str | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+    break_even: int = DEFAULT_BREAK_EVEN  # bytes to read from which a command picks Spark (rocketidx.build.engine)
+
+
+def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkSettings:
+    """Settings from JSON files (later files win): top-level ``split_bytes``, ``shuffle_partitions``,
+    ``master``, ``engine_break_even`` and a ``spark`` section of ``spark.*`` settings; then non-None
+    ``overrides``."""
+    split, parts, master, conf, break_even = DEFAULT_SPLIT_BYTES, None, None, {}, DEFAULT_BREAK_EVEN
+    for path in paths:
+        if path is None:
+            continue
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise ConfigError("spark_conf", str(path), f"cannot read: {e}") from e
+        unknown = set(data) - {"split_bytes", "shuffle_partitions", "master", "spark", "index", "engine_break_even"}
+        if unknown:
+            raise ConfigError("spark_conf", str(path), f"unknown settings {sorted(unknown)}")
+        if "split_bytes" in data:
+            split = parse_size(data["split_bytes"], "split_bytes")
+        if "engine_break_even" in data:
+            break_even = parse_size(data["engine_break_even"], "engine_break_even")
+        if data.get("shuffle_partitions"):
+            parts = int(data["shuffle_partitions"])
+        master = data.get("master", master)
+        section = data.get("spark", {})
+        if not isinstance(section, dict) or any(not str(k).startswith("spark.") for k in section):
+            raise ConfigError("spark", section, "expected an object of spark.* settings")
+        conf.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in section.items()})
+    settings = SparkSettings(split, parts, master, conf, break_even)
+    kw = {k: v for k, v in overrides.items() if v is not None}
+    if "split_bytes" in kw:
+        kw["split_bytes"] = parse_size(kw["split_bytes"], "split_bytes")
+    if kw.get("shuffle_partitions") is not None and int(kw["shuffle_partitions"]) < 1:
+        raise ConfigError("shuffle_partitions", kw["shuffle_partitions"], "must be positive")
+    return SparkSettings(**{**settings.__dict__, **kw})
+
+
+def spark_settings(spark_conf: str | os.PathLike | None = None, *, split_bytes: int | None = None,
+                   partitions: int | None = None, master: str | None = None) -> SparkSettings:
+    """``--spark-conf`` (default ``conf/spark.json``), then the flags."""
+    return load_spark_settings(conf_or_project(spark_conf, "spark.json"), split_bytes=split_bytes,
+                               shuffle_partitions=partitions, master=master)
+
+
+# --- what runs an operation: this process or Spark ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """The engine flags of an operation, resolved: ``--in-process``, ``--master``, ``--spark`` (verify's: Spark
+    whatever the size) and the Spark settings (None where --in-process leaves Spark out: none were read).
+    :func:`rocketidx.ops.engine.engine_for` turns them and the bytes to read into the engine."""
+
+    in_process: bool = False
+    master: str | None = None
+    spark_flag: bool = False
+    spark: SparkSettings | None = None
+
+    @property
+    def settings(self) -> SparkSettings:
+        return self.spark or SparkSettings()
+
+
+def engine_request(*, in_process: bool = False, master: str | None = None, spark_flag: bool = False,
+                   spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
+                   partitions: int | None = None) -> EngineRequest:
+    """The engine flags; the Spark settings are read unless ``in_process`` says Spark will not run (a Spark
+    flag given with it is the command's usage error, said before this)."""
+    spark = None if in_process else spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions,
+                                                   master=master)
+    return EngineRequest(in_process, master, spark_flag, spark)
+
+
+# --- the build's request ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything a build needs, resolved (:func:`build_request`): the input and output, the files' settings
+    and where the broker's four came from, the range, the time index, the output's safety, the broker's
+    release and the engine flags. ``time_index``: the directory (None: none); ``time_index_given``: it was
+    named (so it is checked like an output), not the default under ``out``."""
+
+    commitlog: str
+    out: str
+    config: BuildConfig = BuildConfig()
+    settings_from: Mapping[str, str] = field(default_factory=dict)
+    from_offset: int | None = None
+    to_offset: int | None = None
+    from_time_ms: int | None = None
+    to_time_ms: int | None = None
+    time_index: str | None = None
+    time_index_given: bool = False
+    overwrite: bool = False
+    strict: bool = False
+    broker_conf: str | None = None
+    release: BrokerRelease = BrokerRelease(None, "5.x", False)
+    engine: EngineRequest = EngineRequest()
+
+    @property
+    def filters(self) -> dict:
+        """The range's bounds that are set, as the manifest records them."""
+        return {k: v for k, v in (("from_offset", self.from_offset), ("to_offset", self.to_offset),
+                                  ("from_time_ms", self.from_time_ms), ("to_time_ms", self.to_time_ms))
+                if v is not None}
+
+
+def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf: str | os.PathLike | None = None,
+                  broker_conf: str | os.PathLike | None = None, broker_version: str | None = None,
+                  hash_slot_num: int | None = None, index_num: int | None = None, cq_file_size: int | None = None,
+                  window_ms: int | None = None, timezone: str | None = None, check_crc: bool | None = None,
+                  targets: str | None = None, from_offset: int | None = None, to_offset: int | None = None,
+                  from_time_ms: int | None = None, to_time_ms: int | None = None, time_index: str | None = None,
+                  overwrite: bool = False, strict: bool = False, in_process: bool = False, master: str | None = None,
+                  spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
+                  partitions: int | None = None) -> BuildRequest:
+    """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
+    ``--time-index`` flag spells it: None for the default, "none", or a directory)."""
+    cfg, said = build_settings(conf, broker_conf, hash_slot_num=hash_slot_num, index_num=index_num,
+                               cq_file_size=cq_file_size, window_ms=window_ms, timezone=timezone,
+                               check_crc=check_crc, targets=targets)
+    setting = time_index_setting(time_index)
+    return BuildRequest(
+        str(commitlog), str(out), cfg, said, from_offset, to_offset, from_time_ms, to_time_ms,
+        time_index_dir(setting, out), setting not in (None, TIME_INDEX_AUTO), overwrite, strict,
+        None if broker_conf is None else str(broker_conf), broker_release(broker_version),
+        engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
+                       partitions=partitions))

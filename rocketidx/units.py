@@ -183,3 +183,11 @@ def resolve_timezone(name: str | None) -> tuple[str, object]:
         return name, ZoneInfo(name)
     except Exception as e:  # ZoneInfoNotFoundError, ValueError on odd keys
         raise ConfigError("timezone", name, "unknown time zone") from e
+
+
+def human_bytes(n: int) -> str:
+    """A size in binary units with one decimal (``8.5 GiB``), as the engine's reasons and progress say it."""
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -16,12 +16,17 @@ import os
 import re
 from dataclasses import dataclass
 
+from rocketidx.config import DEFAULT_BREAK_EVEN  # noqa: F401  (where a local Spark session pays off)
 from rocketidx.errors import ConfigError
+from rocketidx.units import human_bytes  # noqa: F401  (the reasons say sizes in it)
 
 IN_PROCESS, SPARK = "in-process", "spark"
+<<<<<<< HEAD
 # Where a local[2] session's fixed cost is paid back on the reference machine (bench/speed/bench_engine.py);
 # conf/spark.json carries the same figure, this is for an installed package without conf/.
 DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
+=======
+>>>>>>> ops
 
 
 @dataclass(frozen=True)
@@ -40,13 +45,6 @@ class Engine:
 def launched_by_spark_submit() -> bool:
     """True inside a driver that spark-submit (or the pyspark shell) started: it already chose a master."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
-
-
-def human_bytes(n: int) -> str:
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 # Spark's master URL forms (SparkContext.createTaskScheduler and the cluster managers' own).

@@ -21,7 +21,7 @@ from rocketidx.commitlog.native import reader_name, readers_of
 from rocketidx.commitlog.records import STOP_RANGE_END
 from rocketidx.commitlog.segments import Segment
 from rocketidx.commitlog.splits import ResolvedStops
-from rocketidx.commitlog.timeindex import AUTO, BlockCollector, default_dir, keep
+from rocketidx.commitlog.timeindex import BlockCollector, keep
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptRecordError, EmptySelectionError, RocketIdxError
 from rocketidx.index.writer import FileInfo
@@ -116,11 +116,6 @@ def locate_files(output: LocalOutput | RemoteOutput, staging: Staging, results: 
             raise RocketIdxError(f"{staging.where(task_dir, f.name)}: {found} bytes, expected {size}")
         sources[f.name] = src
     return sources
-
-
-def time_index_dir(time_index: str | None, out) -> str | None:
-    """``AUTO``: ``OUT/_timeindex`` for a local output (none for a URI); None: no time index."""
-    return default_dir(out) if time_index == AUTO else (str(time_index) if time_index else None)
 
 
 def keep_task_time_index(tdir: str | None, segments, results: list[TaskResult], block_bytes: int, summary: BuildSummary,

@@ -25,8 +25,7 @@ import pyarrow as pa
 from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
 from rocketidx.build.queues import build_queues, place_queues
 from rocketidx.build.results import TaskResult, ranges_of
-from rocketidx.build.finish import (covered_bytes, finish_build, keep_task_time_index, refuse_invalid_log,
-                                    time_index_dir)
+from rocketidx.build.finish import covered_bytes, finish_build, keep_task_time_index, refuse_invalid_log
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
@@ -35,9 +34,9 @@ from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rol
 from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
 from rocketidx.commitlog.segments import Segment, list_segments
 from rocketidx.commitlog.splits import SplitSpec, resolve_stops
-from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector, default_dir
+from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector
 from rocketidx.commitlog.timeindex import keep as keep_time_index
-from rocketidx.config import BuildConfig
+from rocketidx.config import BuildConfig, time_index_dir
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
 from rocketidx.errors import RocketIdxError
 from rocketidx.index.windows import assign_windows
@@ -52,7 +51,7 @@ log = logging.getLogger(__name__)
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
                 *, segments: list[Segment] | None = None, progress=None, native: bool | None = None,
                 start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
-                time_index: str | None = "auto") -> tuple[dict, BuildSummary]:
+                time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog. Returns (manifest, summary).
 
     ``commitlog`` and ``out``: local paths or URIs (a URI output is built in local scratch space and
@@ -74,7 +73,7 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
     segments = segments if segments is not None else list_segments(commitlog, from_offset=start_offset)
     summary = BuildSummary(segments=len(segments))
     output = LocalOutput(out)
-    tdir = default_dir(out) if time_index == AUTO else time_index
+    tdir = time_index_dir(time_index, out)
     with output.lock():
         staging = output.new_staging()
         try:
@@ -161,7 +160,7 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
     bounds; :func:`rocketidx.build.local.build_index` is the unfiltered reference, this is its filtered twin.
-    ``time_index``: the time index directory to use and keep (:func:`time_index_dir`). A URI output is
+    ``time_index``: the time index directory to use and keep (:func:`rocketidx.config.time_index_dir`). A URI output is
     built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
     :func:`finish_build`.
     """

@@ -1,16 +1,13 @@
-"""``rocketidx build`` and ``jobs/nightly_rebuild.py``: flags -> engine -> build -> summary."""
+"""``rocketidx build`` and ``jobs/nightly_rebuild.py``: flags -> a :class:`rocketidx.config.BuildRequest` ->
+:func:`rocketidx.ops.build.build` -> the summary and warnings, as text or JSON."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-import time
 
-from rocketidx.cli.common import BROKER_VERSION_HELP, add_engine_arguments, spark_flag_misused, spark_settings
-from rocketidx.config import broker_release
-from rocketidx.errors import ConfigError
+from rocketidx.cli.common import BROKER_VERSION_HELP, add_engine_arguments, spark_flag_misused
 import rocketidx.layout as L
-import rocketidx.storage as storage
 from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
 
@@ -63,156 +60,68 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
 
 
 def run_build(a: argparse.Namespace) -> int:
-    """``rocketidx build`` and ``jobs/nightly_rebuild.py``: the flags :func:`add_build_arguments` made ->
-    the engine (:func:`rocketidx.build.engine.choose_engine`) -> the build -> the summary on stdout."""
-    from rocketidx.build.engine import choose_engine
-    from rocketidx.commitlog.segments import list_segments
-    from rocketidx.output import safety
-    from rocketidx.commitlog.segments import commitlog_dir
-    in_process = getattr(a, "in_process", False)
-    # Before anything is read or created (not even the output's lock): the range, then where the output goes.
-    safety.check_range(a.from_offset, a.to_offset, a.from_time, a.to_time)
-    safety.check_output_dir(a.out)
-    if _time_index_arg(a) not in (None, "auto"):
-        safety.check_time_index_dir(a.time_index)
-    cfg, settings_from = build_config(a)
-    if in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
-                                          ("spark_conf", "split_bytes", "partitions")):
+    """``rocketidx build``: the flags :func:`add_build_arguments` made -> a
+    :class:`rocketidx.config.BuildRequest` -> :func:`rocketidx.ops.build.build` -> the summary on stdout."""
+    from rocketidx.config import build_request
+    request = build_request(a.commitlog, a.out, conf=a.conf, broker_conf=a.broker_conf,
+                            broker_version=a.broker_version, hash_slot_num=a.hash_slots, index_num=a.index_num,
+                            cq_file_size=a.cq_file_size, window_ms=a.window, timezone=a.timezone,
+                            check_crc=False if a.no_crc else None, targets=a.targets, from_offset=a.from_offset,
+                            to_offset=a.to_offset, from_time_ms=a.from_time, to_time_ms=a.to_time,
+                            time_index=a.time_index, overwrite=a.overwrite, strict=a.strict,
+                            in_process=a.in_process, master=a.master, spark_conf=a.spark_conf,
+                            split_bytes=a.split_bytes, partitions=a.partitions)
+    if a.in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
+                                            ("spark_conf", "split_bytes", "partitions")):
         return 2
-    settings = spark_settings(a)
-    segments = list_segments(a.commitlog, from_offset=a.from_offset, to_offset=a.to_offset)
-    filters = {k: v for k, v in (("from_offset", a.from_offset), ("to_offset", a.to_offset),
-                                 ("from_time_ms", a.from_time), ("to_time_ms", a.to_time)) if v is not None}
-    filtered = bool(filters)
-    safety.check_replace(a.out, safety.BuildKind(commitlog_dir(a.commitlog), filters, cfg.window_ms,
-                                                 cfg.hash_slot_num, cfg.index_num, cfg.targets,
-                                                 cfg.queue_file_size if cfg.consumequeue else None),
-                         getattr(a, "overwrite", False))
-    tindex = _time_index_arg(a)
-    work = _work_bytes(a, segments, cfg, tindex)
-    engine = choose_engine(work, in_process=in_process, master=a.master, break_even=settings.break_even)
-    t0 = time.monotonic()
-    spark_stats = None
-    if engine.spark:
-        summary, spark_stats = _build_on_spark(a, cfg, settings)
-    elif filtered:
-        from rocketidx.build.local import build_index_range
-        _, summary = build_index_range(a.commitlog, a.out, cfg, from_offset=a.from_offset, to_offset=a.to_offset,
-                                       from_time_ms=a.from_time, to_time_ms=a.to_time, time_index=tindex,
-                                       allow_empty=False)
+    return report_build(request, as_json=a.json)
+
+
+def report_build(request, *, as_json: bool) -> int:
+    """Run the build ``request`` asks for, with a progress line on a terminal (not with ``as_json``), print
+    its summary (text or one JSON object) and any warning; the exit code (1: ``strict`` and something was
+    left out)."""
+    from rocketidx.cli.progress import CommandProgress
+    from rocketidx.ops.build import build
+    result = build(request, CommandProgress("build", enabled=not as_json))
+    summary, cfg, engine = result.summary, request.config, result.engine
+    if as_json:
+        print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(result.wall_s, 3),
+                              driver_peak_rss_mb=result.driver_peak_rss_mb, spark=result.spark,
+                              unread_bytes=result.unread_bytes, unread_segments=result.unread_segments,
+                              settings_from=dict(request.settings_from), index_rules=request.release.rules)))
     else:
-        from rocketidx.build.local import build_index
-        from rocketidx.cli.progress import ProgressLine
-        with ProgressLine("build", enabled=not a.json) as line:
-            _, summary = build_index(a.commitlog, a.out, cfg, segments=segments, time_index=tindex,
-                                     progress=line.reader(work))
-    wall = time.monotonic() - t0
-    from rocketidx.build.summary import unread
-    left_bytes, left_segments = unread(segments, summary.stop)
-    if a.json:
-        from rocketidx.usage import peak_rss_kb
-        rss_mb = round(peak_rss_kb() / 1024, 1)
-        print(json.dumps(dict(summary.as_dict(), engine=engine.as_dict(), process_wall_s=round(wall, 3),
-                              driver_peak_rss_mb=rss_mb, spark=spark_stats, unread_bytes=left_bytes,
-                              unread_segments=left_segments, settings_from=settings_from,
-                              index_rules=broker_release(getattr(a, "broker_version", None)).rules)))
-    else:
-        print_summary(summary, cfg.targets, left_bytes)
-        if getattr(a, "broker_conf", None):
-            print("settings: " + ", ".join(f"{k} {getattr(cfg, k)!r} from {v}" for k, v in settings_from.items()))
+        print_summary(summary, cfg.targets, result.unread_bytes)
+        if request.broker_conf:
+            print("settings: " + ", ".join(f"{k} {getattr(cfg, k)!r} from {v}"
+                                           for k, v in request.settings_from.items()))
         print(f"engine: {engine.name} ({engine.reason})")
         if cfg.index:
-            print(f"index rules: {broker_release(getattr(a, 'broker_version', None)).rules}")
-        if spark_stats:
-            print_spark_figures(spark_stats, wall)
+            print(f"index rules: {request.release.rules}")
+        if result.spark:
+            print_spark_figures(result.spark, result.wall_s)
         warning = reader_warning(summary.reader, engine.spark)
         if warning:
             print(warning)
-    return 1 if _warn_left_out(a, summary, segments, left_bytes, left_segments) and a.strict else 0
+    return 1 if _warn_left_out(request.strict, result) and request.strict else 0
 
 
-def build_config(a) -> tuple:
-    """The build's settings and where each came from: a flag, else the broker's properties file
-    (``--broker-conf``), else ``--conf``, else the default."""
-    from rocketidx.config import BuildConfig, broker_settings, conf_settings, load_config
-    broker = broker_settings(a.broker_conf) if getattr(a, "broker_conf", None) else {}
-    flags = {"hash_slot_num": a.hash_slots, "index_num": a.index_num, "cq_file_size": getattr(a, "cq_file_size", None)}
-    from_broker = {"hash_slot_num": broker.get("maxHashSlotNum"), "index_num": broker.get("maxIndexNum"),
-                   "cq_file_size": broker.get("mappedFileSizeConsumeQueue"),
-                   "delay_levels": broker.get("messageDelayLevel")}
-    chosen = {k: flags.get(k) if flags.get(k) is not None else from_broker[k] for k in from_broker}
-    try:
-        cfg = load_config(a.conf, window_ms=a.window, timezone=a.timezone, check_crc=False if a.no_crc else None,
-                          targets=getattr(a, "targets", None), **chosen)
-    except ConfigError as e:
-        raise as_given(e, a, flags, from_broker) from None
-    conf = conf_settings(a.conf)
-    said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
-            else "conf" if conf.get(k, getattr(BuildConfig(), k)) != getattr(BuildConfig(), k) else "default"
-            for k in from_broker}
-    return cfg, said
-
-
-# The sizes' names where a user gives them: the flag, and the key of the broker's properties file.
-SIZE_FLAGS = {"hash_slot_num": ("--hash-slots", "maxHashSlotNum"), "index_num": ("--index-num", "maxIndexNum"),
-              "cq_file_size": ("--cq-file-size", "mappedFileSizeConsumeQueue")}
-
-
-def as_given(e: ConfigError, a, flags: dict, from_broker: dict) -> ConfigError:
-    """A settings error in the words the user gave them: ``--hash-slots`` rather than ``hash_slot_num``,
-    the --broker-conf key or the --conf setting a value came from, and a default said to be one (a flag
-    that makes an IndexFile too large used to be blamed on ``index_num``, a flag not given)."""
-    from rocketidx.config import BuildConfig, conf_settings
-    fields = str(e.option).split(", ")
-    if not set(fields) <= set(SIZE_FLAGS):
-        return e
-    values = e.value if len(fields) > 1 else (e.value,)
-
-    def named(field: str) -> tuple[str, bool]:
-        """(where the value came from, as an option, e.g. ``--broker-conf maxHashSlotNum``; a default?)"""
-        flag, key = SIZE_FLAGS[field]
-        if flags.get(field) is not None:
-            return flag, False
-        if from_broker.get(field) is not None:
-            return f"--broker-conf {key}", False
-        if conf_settings(a.conf).get(field, getattr(BuildConfig(), field)) != getattr(BuildConfig(), field):
-            return f"--conf {field}", False
-        return flag, True
-    given = sorted(zip(fields, values), key=lambda fv: named(fv[0])[1])  # what the user gave first
-    others = ", ".join(f"{named(f)[0]} {v}" + (" (the default)" if named(f)[1] else "") for f, v in given[1:])
-    return ConfigError(named(given[0][0])[0], given[0][1], (f"with {others}, " if others else "") + e.reason)
-
-
-def _work_bytes(a, segments, cfg, tindex) -> int:
-    """The bytes the build will read: the range's, or a time slice's when the time index can tell."""
-    from rocketidx.build.engine import data_bytes
-    work = data_bytes(segments, a.from_offset, a.to_offset)
-    if (a.from_time is not None or a.to_time is not None) and a.from_offset is None and a.to_offset is None:
-        from rocketidx.build.finish import time_index_dir
-        from rocketidx.commitlog.timeindex import plan_slice
-        tdir = time_index_dir(tindex, a.out)
-        sliced = plan_slice(segments, tdir, a.from_time, a.to_time, cfg.check_crc)[0] if tdir and segments \
-            and not storage.is_remote(a.commitlog) else None
-        work = sliced.bytes if sliced else work  # what the slice will read
-    return work
-
-
-def _warn_left_out(a, summary, segments, left_bytes: int, left_segments: int) -> bool:
+def _warn_left_out(strict: bool, result) -> bool:
     """Warn on stderr about what the index leaves out (reading stopped early, a broker rule); whether any."""
     warned = False
-    if left_bytes:
+    summary = result.summary
+    if result.unread_bytes:
         st = summary.stop
         print(f"rocketidx build: warning: reading stopped early at {st['segment']} @ byte {st['segment_offset']} "
-              f"(offset {st['phy_offset']}): {st['reason']}; {left_bytes:,} bytes in {left_segments} later "
-              "segment(s) left unread, as the broker's recovery would" + ("" if a.strict else
-                                                                           " (--strict makes this exit 1)"),
-              file=sys.stderr)
-        if a.strict:
+              f"(offset {st['phy_offset']}): {st['reason']}; {result.unread_bytes:,} bytes in "
+              f"{result.unread_segments} later segment(s) left unread, as the broker's recovery would"
+              + ("" if strict else " (--strict makes this exit 1)"), file=sys.stderr)
+        if strict:
             return True  # --strict stops at the first problem, as before
         warned = True
-    left_out = broker_rule_warning(summary, segments)
+    left_out = broker_rule_warning(summary, result.segments)
     if left_out:
-        print("rocketidx build: warning: " + left_out + ("" if a.strict else " (--strict makes this exit 1)"),
+        print("rocketidx build: warning: " + left_out + ("" if strict else " (--strict makes this exit 1)"),
               file=sys.stderr)
         warned = True
     return warned
@@ -245,30 +154,6 @@ def broker_rule_warning(summary, segments) -> str | None:
         parts.append(f"PHYSICALOFFSET fields that are not their records' offsets, the first at {m['segment']} @ byte "
                      f"{m['segment_offset']} (its entries point where the field says, as the broker indexes them)")
     return "; ".join(parts) or None
-
-
-def _time_index_arg(a) -> str | None:
-    """``--time-index``: a directory, "none" (None), or unset ("auto": OUT/_timeindex)."""
-    v = getattr(a, "time_index", None)
-    return "auto" if v is None else None if v.lower() == "none" else v
-
-
-def _build_on_spark(a, cfg, settings):
-    from rocketidx.cli.progress import spark_progress
-    from rocketidx.spark.build import build_index_spark
-    from rocketidx.spark.session import spark_session
-    stats: dict = {}
-    t0 = time.monotonic()
-    with spark_session(settings, sources=False) as spark, \
-            spark_progress(spark, "build on Spark", enabled=not getattr(a, "json", False)):
-        stats["session_s"] = round(time.monotonic() - t0, 3)
-        _, summary = build_index_spark(a.commitlog, a.out, cfg, spark=spark, split_bytes=settings.split_bytes,
-                                       from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
-                                       to_time_ms=a.to_time, shuffle_partitions=settings.shuffle_partitions,
-                                       stats=stats, time_index=_time_index_arg(a), allow_empty=False)
-        t_stop = time.monotonic()
-    stats["stop_s"] = round(time.monotonic() - t_stop, 3)
-    return summary, stats
 
 
 def print_spark_figures(st: dict, wall: float) -> None:

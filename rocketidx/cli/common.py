@@ -74,10 +74,11 @@ def spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> b
 
 
 def spark_settings(a):
-    from rocketidx.config import project_conf
-    from rocketidx.spark.session import load_spark_settings
-    return load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=getattr(a, "split_bytes", None),
-                               shuffle_partitions=getattr(a, "partitions", None), master=getattr(a, "master", None))
+    """The Spark settings of ``a``'s flags (:func:`rocketidx.config.spark_settings`): for ``backfill``, which
+    does not take a request yet (issue 33: its rewrite converts it)."""
+    from rocketidx.config import spark_settings as resolve
+    return resolve(a.spark_conf, split_bytes=getattr(a, "split_bytes", None), partitions=getattr(a, "partitions", None),
+                   master=getattr(a, "master", None))
 
 
 BROKER_CONF_HELP = ("the properties file the broker was started with (mqbroker -c FILE): its maxHashSlotNum, "
@@ -99,12 +100,12 @@ def add_broker_version(p: argparse.ArgumentParser) -> None:
 
 def apply_broker_conf(a) -> dict:
     """Fill ``--hash-slots``/``--index-num`` from ``--broker-conf`` where no flag gave them; the broker's
-    settings (:func:`rocketidx.config.broker_settings`), or {} without the flag."""
-    if not getattr(a, "broker_conf", None):
-        return {}
-    from rocketidx.config import broker_settings
-    got = broker_settings(a.broker_conf)
-    for flag, key in (("hash_slots", "maxHashSlotNum"), ("index_num", "maxIndexNum")):
-        if hasattr(a, flag) and getattr(a, flag) is None and key in got:
-            setattr(a, flag, got[key])
-    return got
+    settings (:func:`rocketidx.config.index_sizes`), or {} without the flag. For ``backfill``, which does
+    not take a request yet (issue 33: its rewrite converts it); the other commands resolve through config."""
+    from rocketidx.config import index_sizes
+    broker, hash_slot_num, index_num = index_sizes(getattr(a, "broker_conf", None), getattr(a, "hash_slots", None),
+                                                   getattr(a, "index_num", None))
+    for flag, value in (("hash_slots", hash_slot_num), ("index_num", index_num)):
+        if hasattr(a, flag):
+            setattr(a, flag, value)
+    return broker

@@ -27,7 +27,7 @@ def cmd_gen(a) -> int:
     if a.json:
         print(json.dumps(info))
     else:
-        from rocketidx.build.engine import human_bytes
+        from rocketidx.units import human_bytes
         print(f"wrote {info['messages']:,} messages in {info['segments']} segment(s) of "
               f"{human_bytes(info['segment_bytes'])} to {os.path.join(info['store'], 'commitlog')} "
               f"(CommitLog end offset {info['end_offset']:,}, seed {a.seed}) in {info['wall_s']:.2f}s")
@@ -89,7 +89,7 @@ def _demo_on_spark(a, store, out, config, core) -> None:
     read and write spread over the cores), so the demo shows where each engine belongs."""
     import filecmp
 
-    from rocketidx.build.engine import human_bytes
+    from rocketidx.units import human_bytes
     from rocketidx.spark.build import build_index_spark
     from rocketidx.spark.session import spark_session
     settings = spark_settings(argparse.Namespace(spark_conf=None, master=a.master))

@@ -18,7 +18,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
-from rocketidx.build.engine import human_bytes
+from rocketidx.ops.progress import Progress
+from rocketidx.units import human_bytes
 
 ERASE = "\r\x1b[K"  # back to column 0, clear to the end of the line
 DELAY = 1.0  # seconds of work before the line first appears: a short command prints none
@@ -133,3 +134,19 @@ def spark_progress(spark, label: str, *, enabled: bool = True, stream: TextIO | 
         stop.set()
         poller.join(timeout=2 * poll)
         line.close()
+
+
+class CommandProgress(Progress):
+    """A command's progress (:class:`rocketidx.ops.progress.Progress`): bytes read in process, tasks on
+    Spark (``<label> on Spark``), on one line on a terminal; nothing when not ``enabled`` (``--json``)."""
+
+    def __init__(self, label: str, *, enabled: bool = True) -> None:
+        self.label, self.enabled = label, enabled
+
+    @contextmanager
+    def reading(self, total_bytes: int) -> Iterator[Callable]:
+        with ProgressLine(self.label, enabled=self.enabled) as line:
+            yield line.reader(total_bytes)
+
+    def on_spark(self, spark):
+        return spark_progress(spark, f"{self.label} on Spark", enabled=self.enabled)

@@ -24,9 +24,9 @@ import numpy as np
 
 from rocketidx.commitlog.records import STOP_CORRUPT, STOP_END_OF_DATA, STOP_RANGE_END
 from rocketidx.commitlog.segments import Segment, SegmentRange
+from rocketidx.config import DEFAULT_SPLIT_BYTES  # noqa: F401  (a Spark setting, and the planner's default)
 
 
-DEFAULT_SPLIT_BYTES = 128 * 1024**2  # an HDFS block: ~8 tasks per 1 GiB segment
 DEFAULT_BATCH_RECORDS = 65536
 
 

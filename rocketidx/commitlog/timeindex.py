@@ -35,6 +35,8 @@ import numpy as np
 
 from rocketidx.commitlog.records import STOP_RANGE_END
 from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment
+# Where a build keeps it and what its default means are settings (rocketidx.config.time_index_dir).
+from rocketidx.config import TIME_INDEX_AUTO as AUTO, TIME_INDEX_DIR_NAME as DIR_NAME  # noqa: F401
 from rocketidx.errors import CorruptRecordError, RocketIdxError
 import rocketidx.layout as L
 from rocketidx.storage import is_uri
@@ -43,8 +45,6 @@ log = logging.getLogger(__name__)
 
 MAGIC = b"RIDXTIX1"
 SUFFIX = ".tix"
-DIR_NAME = "_timeindex"  # under a build's output directory
-AUTO = "auto"  # a build's default: DIR_NAME under a local output
 DEFAULT_BLOCK_BYTES = 1024**2
 FINGERPRINT_BYTES = 64 * 1024
 ENTRY = np.dtype([("first", "<i8"), ("min_ts", "<i8"), ("max_ts", "<i8")])
@@ -53,11 +53,6 @@ _FINAL = ("end_of_data", "corrupt")
 
 class TimeIndexError(CorruptRecordError):
     """A time index file that cannot be read as the format says."""
-
-
-def default_dir(out: str | os.PathLike) -> str | None:
-    """Where a build to ``out`` keeps its time index: ``OUT/_timeindex`` (None for a URI output)."""
-    return None if is_uri(str(out)) else os.path.join(str(out), DIR_NAME)
 
 
 def _fingerprint(buf, stop: int) -> tuple[int, int]:

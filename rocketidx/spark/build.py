@@ -32,14 +32,14 @@ from dataclasses import fields, replace
 from functools import partial
 
 from rocketidx.build.direct import WriterParams, collect_blocks, plan_tasks, run_direct
-from rocketidx.build.finish import finish_build, keep_task_time_index, time_index_dir
+from rocketidx.build.finish import finish_build, keep_task_time_index
 from rocketidx.build.results import WRITER_ROWS, TaskResult, from_rows, ranges_of
 from rocketidx.build.summary import BuildSummary
 from rocketidx.commitlog.dispatch import delay_levels_ms
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES, SplitSpec, plan_splits, resolve_stops
 from rocketidx.commitlog.timeindex import AUTO
-from rocketidx.config import BuildConfig
+from rocketidx.config import BuildConfig, time_index_dir
 from rocketidx.errors import ConfigError, RocketIdxError
 import rocketidx.interrupts as interrupts
 from rocketidx.output.local import LocalOutput, Staging
@@ -134,7 +134,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     ``shuffle``: always use the shuffle plan (else it runs only where the direct plan cannot: a remote
     CommitLog, a log too far out of time order, a read that stops early; see :func:`_run_direct`);
     ``time_index``: the time index directory a time slice reads and a whole read keeps (see
-    :func:`rocketidx.build.finish.time_index_dir`; only the direct plan uses it); ``allow_empty``: as
+    :func:`rocketidx.config.time_index_dir`; only the direct plan uses it); ``allow_empty``: as
     :func:`rocketidx.build.finish.finish_build`.
     """
     t0 = time.monotonic()

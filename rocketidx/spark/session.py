@@ -14,7 +14,6 @@ JVM's incubator-module notice) and no console progress bar; its real warnings an
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -22,15 +21,13 @@ import sys
 import threading
 import zipfile
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping
 
-from rocketidx.build.engine import DEFAULT_BREAK_EVEN, launched_by_spark_submit
-from rocketidx.commitlog.splits import DEFAULT_SPLIT_BYTES
-from rocketidx.errors import ConfigError
+from rocketidx.build.engine import launched_by_spark_submit
+# Resolved with the other settings (rocketidx.config); named here too, where Spark's callers look for them.
+from rocketidx.config import SparkSettings, load_spark_settings  # noqa: F401
 import rocketidx.interrupts as interrupts
-from rocketidx.units import parse_size
 
 log = logging.getLogger(__name__)
 
@@ -49,52 +46,6 @@ JVM_CHATTER = re.compile(r"WARNING: Using incubator modules: ")
 def quiet() -> bool:
     """Start Spark quietly: true unless rocketidx logs at INFO or below (``rocketidx -v``)."""
     return not logging.getLogger("rocketidx").isEnabledFor(logging.INFO)
-
-
-@dataclass(frozen=True)
-class SparkSettings:
-    """Spark-side settings: how to split the CommitLog, how many writer partitions, and ``spark.*``."""
-
-    split_bytes: int = DEFAULT_SPLIT_BYTES
-    shuffle_partitions: int | None = None  # None: the session's default parallelism
-    master: str | None = None
-    conf: Mapping[str, str] = field(default_factory=dict)
-    break_even: int = DEFAULT_BREAK_EVEN  # bytes to read from which a command picks Spark (rocketidx.build.engine)
-
-
-def load_spark_settings(*paths: str | os.PathLike | None, **overrides) -> SparkSettings:
-    """Settings from JSON files (later files win): top-level ``split_bytes``, ``shuffle_partitions``,
-    ``master``, ``engine_break_even`` and a ``spark`` section of ``spark.*`` settings; then non-None
-    ``overrides``."""
-    split, parts, master, conf, break_even = DEFAULT_SPLIT_BYTES, None, None, {}, DEFAULT_BREAK_EVEN
-    for path in paths:
-        if path is None:
-            continue
-        try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError("spark_conf", str(path), f"cannot read: {e}") from e
-        unknown = set(data) - {"split_bytes", "shuffle_partitions", "master", "spark", "index", "engine_break_even"}
-        if unknown:
-            raise ConfigError("spark_conf", str(path), f"unknown settings {sorted(unknown)}")
-        if "split_bytes" in data:
-            split = parse_size(data["split_bytes"], "split_bytes")
-        if "engine_break_even" in data:
-            break_even = parse_size(data["engine_break_even"], "engine_break_even")
-        if data.get("shuffle_partitions"):
-            parts = int(data["shuffle_partitions"])
-        master = data.get("master", master)
-        section = data.get("spark", {})
-        if not isinstance(section, dict) or any(not str(k).startswith("spark.") for k in section):
-            raise ConfigError("spark", section, "expected an object of spark.* settings")
-        conf.update({str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in section.items()})
-    settings = SparkSettings(split, parts, master, conf, break_even)
-    kw = {k: v for k, v in overrides.items() if v is not None}
-    if "split_bytes" in kw:
-        kw["split_bytes"] = parse_size(kw["split_bytes"], "split_bytes")
-    if kw.get("shuffle_partitions") is not None and int(kw["shuffle_partitions"]) < 1:
-        raise ConfigError("shuffle_partitions", kw["shuffle_partitions"], "must be positive")
-    return SparkSettings(**{**settings.__dict__, **kw})
 
 
 def get_session(master: str | None = None, conf: Mapping[str, str] | None = None, *, app_name: str = "rocketidx",

@@ -1,0 +1,22 @@
+"""The engine an operation runs on: the one call of :func:`rocketidx.build.engine.choose_engine`.
+
+In: the operation's resolved engine flags (:class:`rocketidx.config.EngineRequest`) and the bytes it will
+read. Out: the :class:`rocketidx.build.engine.Engine`, which the operation reports. Stays true: every
+operation that can run on Spark asks here, so ``--in-process``, ``--master``, spark-submit and the
+break-even mean the same for all of them.
+"""
+from __future__ import annotations
+
+from rocketidx.build.engine import Engine, choose_engine
+from rocketidx.config import EngineRequest
+
+
+def engine_for(request: EngineRequest, work_bytes: int, *, spark_only: str | None = None,
+               in_process_only: str | None = None) -> Engine:
+    """The engine for ``work_bytes`` under ``request``'s flags; ``spark_only``/``in_process_only`` name a
+    reason one engine cannot run the operation (verify's ``--spark`` is one: Spark whatever the size)."""
+    if request.spark_flag and spark_only is None:
+        spark_only = "--spark"
+    return choose_engine(work_bytes, in_process=request.in_process, master=request.master,
+                         break_even=request.settings.break_even, spark_only=spark_only,
+                         in_process_only=in_process_only)
