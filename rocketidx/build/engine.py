@@ -21,12 +21,6 @@ from rocketidx.errors import ConfigError
 from rocketidx.units import human_bytes  # noqa: F401  (the reasons say sizes in it)
 
 IN_PROCESS, SPARK = "in-process", "spark"
-<<<<<<< HEAD
-# Where a local[2] session's fixed cost is paid back on the reference machine (bench/speed/bench_engine.py);
-# conf/spark.json carries the same figure, this is for an installed package without conf/.
-DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
-=======
->>>>>>> ops
 
 
 @dataclass(frozen=True)
