@@ -1,5 +1,5 @@
 """The job on a Spark standalone cluster (issue 24): the 4.1 GB ``store-6m`` (bench_engine.py generates it) built by
-``jobs/nightly_rebuild.py`` on a master and two one-core workers (tests/standalone.py), twice:
+``jobs/nightly_rebuild.py`` on a master and two one-core workers (tests/support/standalone.py), twice:
 
 * ``archive``: docs/spark.md's cluster block as written, with ``make dist``'s ``rocketidx-env.tar.gz``: the
   executors run the compiled kernel;
@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
-sys.path[:0] = [str(ROOT / "bench" / "speed"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "bench" / "speed"), str(ROOT / "tests" / "support")]
 
 JOB_ARGS = ["--window", "1h", "--timezone", "UTC"]
 

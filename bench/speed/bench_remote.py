@@ -1,6 +1,6 @@
 """Remote stores: what a query, stats and verify of an ``s3://`` output cost, measured at the server.
 
-Starts the test S3 server (moto, tests/s3server.py) in this process, copies a generated CommitLog to it,
+Starts the test S3 server (moto, tests/support/s3server.py) in this process, copies a generated CommitLog to it,
 builds its index in process at the broker's default sizes (5,000,000 slots, 20,000,000 items: 420 MB a
 file, one file a day) into an ``s3://`` output, then runs each command as its own process and reports
 the bytes the server sent (GET bodies) and the process's peak RSS:
@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 
 # The command runs in a fresh interpreter that reports its own VmHWM (peak RSS) at exit: the rusage of a
