@@ -895,7 +895,7 @@ def write_case(case: Case, out: Path, oracle: Oracle | None, allow_diff: bool) -
             "messageDelayLevelIsDefault": case.delay is None,
             "records": len(case.recs),
             "seed": SEED,
-            "generator": "tests/cq_spec_cases.py",
+            "generator": "tests/cq_spec_cases.py",  # as the reference data recorded it (the file is in tests/support/ now)
             "rocketmqCommit": ROCKETMQ_COMMIT,
             "notes": case.notes,
         }
