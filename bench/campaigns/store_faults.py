@@ -51,7 +51,7 @@ from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
-from rocketidx.output.broker import read_checkpoint  # noqa: E402
+from rocketidx.broker.store import read_checkpoint  # noqa: E402
 from rocketidx.verify.store import verify_store  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "reference" / "golden"

@@ -89,7 +89,7 @@ def _child(args: list[str]) -> dict:
 
 def crashed_copy(full: Path, store: Path, dest: Path, files: list[str], keep: int, slots: int, items: int) -> None:
     """``dest``: the store's CommitLog (hard links) and the broker's index as a crash left it."""
-    from rocketidx.output.broker import write_checkpoint_index_ts
+    from rocketidx.broker.store import write_checkpoint_index_ts
     from rocketidx.index.reader import IndexFile
     shutil.rmtree(dest, ignore_errors=True)
     (dest / "commitlog").mkdir(parents=True)

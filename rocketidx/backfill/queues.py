@@ -21,7 +21,7 @@ from pathlib import Path
 
 import rocketidx.layout as L
 from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
-from rocketidx.commitlog.segments import list_segments
+from rocketidx.broker.store import BrokerStore
 import rocketidx.backfill.swap as swap
 from rocketidx.errors import StoreLayoutError
 from rocketidx.output.local import same_bytes
@@ -113,16 +113,14 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
     compare file by file (:func:`compare_queues`). ``cq_file_size``: the size where no queue file of the store
     tells it (the store's own files win: they are what the broker loads). The repair itself
     (:func:`rocketidx.backfill.repair.repair_store`) builds with the index, on either engine."""
-    store = Path(store)
-    if not (store / "commitlog").is_dir():
-        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
-    files = queue_files(store / "consumequeue")
+    store = BrokerStore.open(store)
+    files = queue_files(store.consumequeue)
     size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
-    rebuilt, _, _ = rebuild_in_process(list_segments(str(store / "commitlog")), scratch, size, delays_ms, check_crc)
+    rebuilt, _, _ = rebuild_in_process(store.segments(), scratch, size, delays_ms, check_crc)
     return compare_queues(store, files, size, size_from, Path(rebuilt))
 
 
-def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str, rebuilt: Path, *,
+def compare_queues(store: BrokerStore, files: dict[str, int], size: int, size_from: str, rebuilt: Path, *,
                    skip_topics: dict[str, str] | None = None, remove_unexplained: bool = False) -> QueuePlan:
     """The plan: the store's queue ``files`` (:func:`queue_files`) against a rebuild's in ``rebuilt``.
 
@@ -133,7 +131,7 @@ def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str
     topic_of = lambda rel: rel.split("/", 1)[0]  # noqa: E731
     built = {r: n for r, n in queue_files(rebuilt).items() if topic_of(r) not in skip_topics}
     files = {r: n for r, n in files.items() if topic_of(r) not in skip_topics}
-    cq_dir = store / "consumequeue"
+    cq_dir = store.consumequeue
     plan = QueuePlan(str(store), size, size_from, rebuilt=str(rebuilt))
     plan.skipped = {t: why for t, why in skip_topics.items()}
     built_queues = {rel.rsplit("/", 1)[0] for rel in built}

@@ -37,9 +37,8 @@ from rocketidx.backfill.queues import QueueRepair, compare_queues, install_queue
 from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
 import rocketidx.backfill.swap as swap
 from rocketidx.config import BuildConfig
-from rocketidx.errors import StoreLayoutError
 import rocketidx.layout as L
-from rocketidx.output.broker import batch_topics, broker_lock, queue_store_kind
+from rocketidx.broker.store import BrokerStore
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
 
 
@@ -63,10 +62,8 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
     BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
     plan) unless ``remove_unexplained``. The index repair goes ahead either way."""
     t0 = time.monotonic()
-    store = Path(store)
-    if not (store / "commitlog").is_dir():
-        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
-    if "consumequeue" in targets and queue_store_kind(store) == "rocksdb":
+    store = BrokerStore.open(store)
+    if "consumequeue" in targets and store.queue_store_kind() == "rocksdb":
         log("consumequeue: skipped: consumequeue/ holds a RocksDB database (storeType=defaultRocksDB), which "
             "rocketidx does not rebuild yet; it is left as it is")
         targets = tuple(t for t in targets if t != "consumequeue")
@@ -78,24 +75,24 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                                                   window_ms=window_ms, timezone_name=timezone_name, dry_run=dry_run,
                                                   check_crc=check_crc, log=log, builder=builder),
                                wall_s=time.monotonic() - t0)
-    queue_files(store / "consumequeue")  # refuse a stray before the lock file is made
+    queue_files(store.consumequeue)  # refuse a stray before the lock file is made
     skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/, which rocketidx does "
-               "not rebuild yet" for t in sorted(batch_topics(store))}
+               "not rebuild yet" for t in sorted(store.batch_topics())}
     if builder is None:
         from rocketidx.build.local import build_index as builder
     if dry_run:
         log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
-    with broker_lock(store, create=not dry_run):
+    with store.lock(create=not dry_run):
         result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
         if not dry_run:
             swap.clear_staging(store, "consumequeue", log)
-        files = queue_files(store / "consumequeue")  # as the roll-backs left it
+        files = queue_files(store.consumequeue)  # as the roll-backs left it
         size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
         index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None
         if index is not None and index.paths:  # the store's own files say which release's rules they follow
             from rocketidx.commitlog.entries import tag_entries_on
             from rocketidx.verify.rules import check_index_rules
-            check_index_rules(index.open(), str(store / "commitlog"), tag_entries_on())
+            check_index_rules(index.open(), str(store.commitlog), tag_entries_on())
         config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
@@ -104,7 +101,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
             else swap.staging_dir(store, "consumequeue", stamp)
         try:
-            built, summary = builder(store / "commitlog", out, config, time_index=None)
+            built, summary = builder(store.commitlog, out, config, time_index=None)
             log(f"read the CommitLog once: {summary.messages:,} messages -> "
                 + ("the queues and the index" if "index" in targets else "the queues"))
             plan = None
@@ -147,14 +144,14 @@ def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
                         check_crc=check_crc, dry_run=dry_run, builder=builder, log=log).queues
 
 
-def _roll_back(store: Path, targets, dry_run: bool, log) -> list[str]:
+def _roll_back(store: BrokerStore, targets, dry_run: bool, log) -> list[str]:
     """Every interrupted repair of the targets, undone (a dry run says it would): the backups. The queues' are
     undone whatever the targets: a half-swapped consumequeue/ is never left for the broker."""
     undone = swap.roll_back_interrupted(store, "index", dry_run, log, "backfill") if "index" in targets else []
     return undone + swap.roll_back_interrupted(store, "consumequeue", dry_run, log, "ConsumeQueue repair")
 
 
-def newest_entry_time(store: Path, out: Path) -> int | None:
+def newest_entry_time(store: BrokerStore, out: Path) -> int | None:
     """The logicsMsgTimestamp a broker that dispatched the whole log would have: the store time of the newest
     queue entry's message (it sets the field at every entry it writes). None without an entry."""
     from rocketidx.query.lookup import read_messages_at
@@ -162,7 +159,7 @@ def newest_entry_time(store: Path, out: Path) -> int | None:
     top = queues_max_offset(str(out / CONSUMEQUEUE_DIR)) if (out / CONSUMEQUEUE_DIR).is_dir() else None
     if top is None:
         return None
-    table, found = read_messages_at(str(store / "commitlog"), [top])
+    table, found = read_messages_at(str(store.commitlog), [top])
     return int(table.column("store_timestamp_ms")[0].as_py()) if found[0] else None
 
 

@@ -37,7 +37,7 @@ from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError
 from rocketidx.index.reader import IndexFile
 import rocketidx.layout as L
-from rocketidx.output.broker import CHECKPOINT_FIELD, broker_lock, read_checkpoint
+from rocketidx.broker.store import CHECKPOINT_FIELD, BrokerStore
 from rocketidx.output.local import same_bytes
 from rocketidx.output.manifest import INDEX_DIR, Manifest, ManifestFile
 from rocketidx.output.open import IndexDir, open_index_dir
@@ -113,10 +113,10 @@ class Plan:
         return "\n".join(lines)
 
 
-def index_dir(store: Path, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
+def index_dir(store: BrokerStore, hash_slot_num: int | None, index_num: int | None) -> IndexDir:
     """``STORE/index`` (none yet is no files) with the sizes the broker used
     (:func:`rocketidx.output.open.open_index_dir`); whatever their source, every file must fit them."""
-    d = open_index_dir(store / "index", hash_slot_num, index_num, missing_ok=True)
+    d = open_index_dir(store.index, hash_slot_num, index_num, missing_ok=True)
     size = L.index_file_size(d.hash_slot_num, d.index_num)
     for path in d.paths:
         if os.path.getsize(path) != size:
@@ -149,12 +149,10 @@ def _check_full_headers(d: IndexDir, size: int) -> None:
 
 def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, index_num: int | None = None,
               window_ms: int = 0, check_crc: bool = True) -> Plan:
-    store = Path(store)
-    if not (store / "commitlog").is_dir():
-        raise StoreLayoutError(str(store), "not a broker store: no commitlog/ directory")
+    store = BrokerStore.open(store)
     index = index_dir(store, hash_slot_num, index_num)
-    checkpoint = read_checkpoint(store)
-    abort = (store / "abort").exists()
+    checkpoint = store.checkpoint()
+    abort = store.crashed
     plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
     files = index.open(check=False)
     for f in files:
@@ -174,7 +172,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
                 st.status, st.reason = "after-damaged", "follows a file the broker deletes"
     candidates = [(f, st) for f, st in zip(files, plan.files) if st.status == "keep"]
     # Verify the candidates as one sequence; the first bad file and everything after it are replaced.
-    report = verify_index([f for f, _ in candidates], store / "commitlog", check_crc=check_crc, open_end=True,
+    report = verify_index([f for f, _ in candidates], store.commitlog, check_crc=check_crc, open_end=True,
                           open_start=True, gaps=False)  # the plan rebuilds from the last kept file's end itself
     bad_files = {}
     for p in report.problems:
@@ -189,7 +187,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
         elif first_bad is not None:
             st.status, st.reason = "after-damaged", "follows a replaced file"
     kept = [(f, st) for f, st in candidates if st.status == "keep"]
-    segments = list_segments(store / "commitlog")
+    segments = store.segments()
     plan.commitlog_start = segments[0].base_offset
     if kept and kept[-1][0].header.index_count > 1:
         last = kept[-1][0]
@@ -202,7 +200,7 @@ def make_plan(store: str | os.PathLike, *, hash_slot_num: int | None = None, ind
     return plan
 
 
-def plan_from_rebuild(store: Path, rebuilt: list[Path], *, hash_slot_num: int | None, index_num: int | None,
+def plan_from_rebuild(store: BrokerStore, rebuilt: list[Path], *, hash_slot_num: int | None, index_num: int | None,
                       window_ms: int) -> Plan | None:
     """The plan when ``STORE/index`` is, file for file in name order, byte for byte ``rebuilt`` (a rebuild of
     the whole CommitLog with the store's sizes, oldest first): every file kept and nothing to do, with no
@@ -212,8 +210,8 @@ def plan_from_rebuild(store: Path, rebuilt: list[Path], *, hash_slot_num: int | 
     index = index_dir(store, hash_slot_num, index_num)
     if len(index.paths) != len(rebuilt) or not all(same_bytes(a, b) for a, b in zip(index.paths, rebuilt)):
         return None
-    checkpoint = read_checkpoint(store)
-    abort = (store / "abort").exists()
+    checkpoint = store.checkpoint()
+    abort = store.crashed
     plan = Plan(str(store), index.hash_slot_num, index.index_num, window_ms, checkpoint, abort)
     index_ts = checkpoint[CHECKPOINT_FIELD] if checkpoint else 0
     for f in index.open(check=False):
@@ -224,11 +222,11 @@ def plan_from_rebuild(store: Path, rebuilt: list[Path], *, hash_slot_num: int | 
     return plan
 
 
-def _count_range(plan: Plan, store: Path, check_crc: bool) -> None:
+def _count_range(plan: Plan, store: BrokerStore, check_crc: bool) -> None:
     """Messages in the rebuild range that make entries not yet indexed, and where reading stops."""
     from rocketidx.commitlog.entries import drop_first_entries
     from rocketidx.commitlog.readers import CommitLogReader
-    segs = list_segments(store / "commitlog", from_offset=plan.rebuild_from)
+    segs = store.segments(plan.rebuild_from)
     reader = CommitLogReader(segs, check_crc=check_crc, start_offset=plan.rebuild_from)
     count = 0
     for seg, buf, recs, entries in reader.entry_chunks():
@@ -253,12 +251,10 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     """Plan, and unless ``dry_run``, rebuild and install. ``builder`` is the build function
     (``rocketidx.build.local.build_index`` by default; the Spark pipeline's has the same signature)."""
     t0 = time.monotonic()
-    store = Path(store)
-    if not store.is_dir():
-        raise StoreLayoutError(str(store), "no such store directory")
+    store = BrokerStore.open(store)
     if dry_run:
         log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
-    with broker_lock(store, create=not dry_run):
+    with store.lock(create=not dry_run):
         roll_back_interrupted(store, dry_run, log)
         return backfill_locked(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
                                timezone_name=timezone_name, dry_run=dry_run, check_crc=check_crc, builder=builder,
@@ -270,7 +266,7 @@ def roll_back_interrupted(store: Path, dry_run: bool, log) -> list[str]:
     return swap.roll_back_interrupted(store, "index", dry_run, log, "backfill")
 
 
-def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | None, window_ms: int,
+def backfill_locked(store: BrokerStore, *, hash_slot_num: int | None, index_num: int | None, window_ms: int,
                     timezone_name: str, dry_run: bool, check_crc: bool, builder, log, t0: float,
                     plan: Plan | None = None, stamp: str | None = None) -> BackfillResult:
     """:func:`run_backfill`'s plan and install, with the store's lock already held by the caller (the lock
@@ -296,7 +292,7 @@ def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | 
     new_files = []
     try:
         if plan.messages_in_range:
-            built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+            built, summary = builder(store.commitlog, staging, config, start_offset=plan.rebuild_from,
                                      skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
             new_files = list(Manifest.from_dict(built, str(staging)).files)
             log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
@@ -323,18 +319,18 @@ def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | 
     return result
 
 
-def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, store: Path, check_crc: bool) -> None:
+def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, store: BrokerStore, check_crc: bool) -> None:
     """The staged files, after the last kept one, must verify clean against the CommitLog (content and
     coverage, so the entries of the message they continue count once) and sort after it; otherwise
     nothing is installed."""
     if not new_files:
         return
     kept = plan.kept
-    files = [IndexFile(store / "index" / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
+    files = [IndexFile(store.index / kept[-1].name, plan.hash_slot_num, plan.index_num, check=False)] if kept else []
     files += [IndexFile(staging / INDEX_DIR / f.name, plan.hash_slot_num, plan.index_num, check=False)
               for f in new_files]
     # A part of the sequence: the log before it is the kept files' business, not these.
-    report: VerifyReport = verify_index(files, store / "commitlog", check_crc=check_crc, open_start=bool(kept),
+    report: VerifyReport = verify_index(files, store.commitlog, check_crc=check_crc, open_start=bool(kept),
                                         gaps=False)
     if report.problems:
         p = report.problems[0]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import rocketidx.interrupts as interrupts
-from rocketidx.output.broker import write_checkpoint_fields
+from rocketidx.broker.store import write_checkpoint_fields
 from rocketidx.output.local import fsync_dir
 
 AREAS = ("index", "consumequeue")
@@ -44,8 +44,8 @@ def new_stamp() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z-{os.getpid()}"
 
 
-def staging_root(store: Path, area: str) -> Path:
-    return store / f"{area}.rocketidx-staging"
+def staging_root(store: Path | os.PathLike, area: str) -> Path:
+    return Path(store) / f"{area}.rocketidx-staging"
 
 
 def staging_dir(store: Path, area: str, stamp: str) -> Path:
@@ -53,8 +53,8 @@ def staging_dir(store: Path, area: str, stamp: str) -> Path:
     return staging_root(store, area) / stamp
 
 
-def backup_root(store: Path, area: str) -> Path:
-    return store / f"{area}.backup"
+def backup_root(store: Path | os.PathLike, area: str) -> Path:
+    return Path(store) / f"{area}.backup"
 
 
 def clear_staging(store: Path, area: str, log) -> None:
@@ -77,7 +77,7 @@ class Swap:
     the backup, replaced or removed; ``move_in``: files of ``staged`` that come in (a file in both is
     replaced). ``checkpoint``: the fields set after the moves (``L.CHECKPOINT``'s names; none: untouched).
     ``note``: the caller's own facts, kept in the journal."""
-    store: Path
+    store: Path | os.PathLike  # a path or a BrokerStore
     area: str
     staged: Path
     move_out: tuple[str, ...]
@@ -92,7 +92,7 @@ class Swap:
 
 def install(swap: Swap, stamp: str) -> Path:
     """Swap ``swap``'s files in (their data synced by the build that made them); the backup directory."""
-    store, area = swap.store, swap.area
+    store, area = Path(swap.store), swap.area
     root = store / area
     backup = backup_root(store, area) / stamp
     journal = {"format": JOURNAL_FORMAT, "area": area, "store": str(store), "started": time.time(),
@@ -204,6 +204,7 @@ def roll_back(store: Path, area: str, backup: Path, journal: dict) -> None:
     its old one is in the backup), files that left come back, the checkpoint is the one from before; then
     the journal says ``rolled_back``. A broker that started in between saw at worst files it would have
     dropped anyway or damaged ones missing."""
+    store = Path(store)
     root = store / area
     move_out, move_in = _moves(journal, area)
     saved = _moved_dir(backup, journal, area)
@@ -246,6 +247,7 @@ def roll_back_interrupted(store: Path, area: str, dry_run: bool, log, what: str)
 
 def restore_checkpoint(store: Path, saved: Path) -> None:
     """Put a swap's saved checkpoint back: a copy, fsync, rename over ``STORE/checkpoint``."""
+    store = Path(store)
     tmp = store / "checkpoint.rocketidx-tmp"
     shutil.copyfile(saved, tmp)
     with open(tmp, "rb+") as f:

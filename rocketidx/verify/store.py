@@ -29,8 +29,7 @@ import rocketidx.layout as L
 from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
 from rocketidx.commitlog.records import scan_records
 from rocketidx.commitlog.segments import Segment, list_segments, open_segment
-from rocketidx.errors import StoreLayoutError
-from rocketidx.output.broker import batch_topics, lock_state, queue_store_kind, read_checkpoint
+from rocketidx.broker.store import BrokerStore
 from rocketidx.output.local import same_bytes
 from rocketidx.verify.core import open_for_verify, verify_index
 from rocketidx.verify.coverage import add_gap_problems, log_gaps
@@ -147,20 +146,18 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     the restart indexes again are state (``restored``), the others problems. Files that are the rebuild's
     byte for byte need only their structure checked; any other is checked by ``index_check`` against the log,
     which reads it again, as does the look at the log outside the files' offsets."""
-    store = Path(store)
-    commitlog = store / "commitlog"
-    if not commitlog.is_dir():
-        raise StoreLayoutError(str(store), "no commitlog/ directory: not a broker's store")
-    segments = list_segments(str(commitlog))
-    checkpoint = read_checkpoint(store)
-    abort = (store / "abort").exists()
-    cq_dir = store / "consumequeue"
+    store = BrokerStore.open(store)
+    commitlog = store.commitlog
+    segments = store.segments()
+    checkpoint = store.checkpoint()
+    abort = store.crashed
+    cq_dir = store.consumequeue
     switches = BrokerSwitches.of(broker, broker_source)
-    rocksdb = queue_store_kind(store) == "rocksdb"
-    batch = sorted(batch_topics(store))
+    rocksdb = store.queue_store_kind() == "rocksdb"
+    batch = sorted(store.batch_topics())
     version = restart.broker_version(broker_version)
-    state = {"abort": abort, "lock": lock_state(store), "checkpoint": checkpoint,
-             "index": (store / "index").is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
+    state = {"abort": abort, "lock": store.lock_state(), "checkpoint": checkpoint,
+             "index": store.index.is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
     if rocksdb:
         state["skipped"]["consumequeue"] = ("a RocksDB database (storeType=defaultRocksDB), which rocketidx does not "
                                             "check yet; the restart model assumes its queues reach the log's end")
@@ -169,8 +166,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
                                                      "batchconsumequeue/, which rocketidx does not check yet")
     report = StoreReport(str(store), state)
     pre, files, sizes = VerifyReport(), [], None
-    if (store / "index").is_dir() and any((store / "index").iterdir()):
-        files, _ = open_for_verify(store / "index", hash_slot_num, index_num, pre)
+    if store.index.is_dir() and any(store.index.iterdir()):
+        files, _ = open_for_verify(store.index, hash_slot_num, index_num, pre)
         sizes = (files[0].hash_slot_num, files[0].index_num) if files else None
         check_index_rules(files, str(commitlog), tag_entries_on())
     files_cq = cq_dir.is_dir() and not rocksdb

@@ -7,7 +7,7 @@ import hashlib
 import shutil
 from pathlib import Path
 
-from rocketidx.output.broker import write_checkpoint_index_ts
+from rocketidx.broker.store import write_checkpoint_index_ts
 from rocketidx.build.local import build_index
 from rocketidx.commitlog.entries import extract_entry_keys
 from rocketidx.sample.generate import GenConfig, generate_store

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("commitlog",),  # segments, records, message columns, the entries a record dispatches, splits, readers
     ("index", "consumequeue"),  # the derived files' formats: writer, reader, lookup
     ("output",),  # manifest, local and remote outputs, commit, opening what a build left
-    ("build", "query"),  # one build path; key queries over a directory
+    ("build", "query", "broker"),  # one build path; key queries over a directory; a broker's store
     ("verify", "stats"),
     ("backfill",),
     ("spark",),  # the thin shells over the core, and the rocketmq-commitlog source

@@ -16,7 +16,7 @@ from refdata import EXTERNAL
 from rocketidx.backfill.store import make_plan, run_backfill
 from rocketidx.build.local import build_index
 from rocketidx.config import BuildConfig
-from rocketidx.output.broker import read_checkpoint, write_checkpoint_index_ts
+from rocketidx.broker.store import read_checkpoint, write_checkpoint_index_ts
 from rocketidx.cli import main
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 import rocketidx.layout as L

@@ -227,7 +227,7 @@ def checkpoint(physic: int, logics: int, index: int) -> bytes:
 def test_the_checkpoint_says_the_queues_are_whole_to_the_log_end_and_a_roll_back_restores_it(case, tmp_path,
                                                                                                monkeypatch):
     import rocketidx.backfill.queues as bq
-    from rocketidx.output.broker import read_checkpoint
+    from rocketidx.broker.store import read_checkpoint
     store, sizes = store_of(case, tmp_path / "store")
     messages = [json.loads(line) for line in (case / "messages.jsonl").read_text().splitlines()]
     newest = [m for m in messages if m["tranType"] in ("not", "commit")][-1]["storeTimestamp"]

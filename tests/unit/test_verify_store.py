@@ -12,7 +12,7 @@ from refdata import GOLDEN_CASES
 from store_scenarios import NAMED, log_end, scenario, store_of, told
 
 from rocketidx.cli import main
-from rocketidx.output.broker import write_checkpoint_fields, write_checkpoint_index_ts
+from rocketidx.broker.store import write_checkpoint_fields, write_checkpoint_index_ts
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.verify.store import _first_store_time, verify_store
 

@@ -1,4 +1,5 @@
-"""A broker's store as rocketidx meets it: its ``lock``, its ``checkpoint``, its ``abort`` file.
+"""A broker's store as rocketidx meets it: a :class:`BrokerStore` (its paths, ``lock``, ``checkpoint``, ``abort``
+file, CommitLog segments and topic table), opened once by an operation and passed down.
 
 In: ``STORE`` (a local directory a broker writes). Out: the lock held for the length of a repair
 (:func:`broker_lock`), whether someone else holds it now (:func:`lock_state`, which changes nothing), the
@@ -13,16 +14,85 @@ from __future__ import annotations
 import fcntl
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rocketidx.commitlog.segments import Segment, list_segments
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 import rocketidx.layout as L
 from rocketidx.output.local import fsync_dir as _fsync_dir
 
 
 CHECKPOINT_FIELD = "index_msg_timestamp_ms"
+
+
+@dataclass(frozen=True)
+class BrokerStore:
+    """One broker's store directory: where each of its areas lies, and what reads or changes them. Opened once
+    (:meth:`open`: a directory with ``commitlog/``) by the operation, then passed down, so every layer names
+    the same paths the same way."""
+
+    root: Path
+
+    @classmethod
+    def open(cls, store: "str | os.PathLike | BrokerStore") -> "BrokerStore":
+        if isinstance(store, BrokerStore):
+            return store
+        root = Path(store)
+        if not root.is_dir():
+            raise StoreLayoutError(str(root), "no such store directory (no commitlog/ to read)")
+        if not (root / "commitlog").is_dir():
+            raise StoreLayoutError(str(root), "no commitlog/ directory: not a broker's store")
+        return cls(root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def __fspath__(self) -> str:  # os and pathlib take it where a path goes
+        return str(self.root)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def commitlog(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def index(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def consumequeue(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def crashed(self) -> bool:
+        """The ``abort`` file is there: the broker did not stop cleanly (or runs)."""
+        return (self.root / "abort").exists()
+
+    def segments(self, from_offset: int | None = None) -> list[Segment]:
+        return list_segments(self.commitlog, from_offset=from_offset)
+
+    def checkpoint(self) -> dict | None:
+        return read_checkpoint(self.root)
+
+    def lock(self, create: bool = True):
+        return broker_lock(self.root, create)
+
+    def lock_state(self) -> str:
+        return lock_state(self.root)
+
+    def write_checkpoint(self, values: dict[str, int]) -> None:
+        write_checkpoint_fields(self.root, values)
+
+    def queue_store_kind(self) -> str:
+        return queue_store_kind(self.root)
+
+    def batch_topics(self) -> set[str]:
+        return batch_topics(self.root)
 
 
 @contextmanager

@@ -1,0 +1,1 @@
+"""A stopped broker's store as rocketidx meets it: its paths, lock, checkpoint, segments and topic table."""
