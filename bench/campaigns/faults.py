@@ -85,7 +85,7 @@ DATA = ROOT / "bench-data"
 sys.path.insert(0, str(ROOT))
 
 import rocketidx.layout as L  # noqa: E402
-from rocketidx.backfill.store import interrupted, run_backfill  # noqa: E402
+from rocketidx.backfill.index import interrupted, run_backfill  # noqa: E402
 from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402

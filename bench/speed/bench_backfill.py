@@ -50,7 +50,7 @@ def run_full(store: str, out: str, slots: int, items: int) -> dict:
 
 
 def run_backfill_child(store: str, engine: str) -> dict:
-    import rocketidx.backfill.store as B
+    import rocketidx.backfill.index as B
     phases: dict[str, float] = {}
 
     def timed(name, fn):

@@ -16,7 +16,7 @@ The steps, all under the broker's lock (both kinds):
    (:mod:`rocketidx.backfill.swap`: backup, journal, one rename at a time), then the checkpoint's
    logicsMsgTimestamp;
 4. the index: left as it is when its files are the rebuild's, byte for byte (a file equal to what RocketMQ
-   writes from this log needs no verification: :func:`rocketidx.backfill.store.plan_from_rebuild`); otherwise
+   writes from this log needs no verification: :func:`rocketidx.backfill.index.plan_from_rebuild`); otherwise
    the index backfill's own plan runs (each file verified, the lost range rebuilt: more reads of the log),
    taking the rebuild of step 2 where it keeps no file, and installing through the same swap (one stamp
    names both backups).
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rocketidx.backfill.queues import QueueRepair, compare_queues, install_queues, queue_files, store_queue_file_size
-from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
+from rocketidx.backfill.index import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
 import rocketidx.backfill.swap as swap
 from rocketidx.config import BuildConfig
 import rocketidx.layout as L
@@ -70,7 +70,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         if not targets:
             return StoreRepair(wall_s=time.monotonic() - t0)
         if targets == ("index",):
-            from rocketidx.backfill.store import run_backfill
+            from rocketidx.backfill.index import run_backfill
             return StoreRepair(index=run_backfill(store, hash_slot_num=hash_slot_num, index_num=index_num,
                                                   window_ms=window_ms, timezone_name=timezone_name, dry_run=dry_run,
                                                   check_crc=check_crc, log=log, builder=builder),

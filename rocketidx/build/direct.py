@@ -41,7 +41,7 @@ from rocketidx.index.windows import assign_windows
 from rocketidx.output.local import TASKS_DIR
 from rocketidx.output.target import TaskFiles
 import rocketidx.storage as storage
-from rocketidx.usage import Usage
+from rocketidx.process_cost import Usage
 
 log = logging.getLogger(__name__)
 

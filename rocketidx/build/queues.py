@@ -44,7 +44,7 @@ from rocketidx.output.manifest import CONSUMEQUEUE_DIR
 from rocketidx.output.remote import RemoteOutput
 from rocketidx.output.target import TaskFiles, scratch_dir
 import rocketidx.storage as storage
-from rocketidx.usage import Usage
+from rocketidx.process_cost import Usage
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 In: what a task wrote (:class:`rocketidx.build.write.WrittenWindow` per window), what its reads saw
 (:class:`rocketidx.commitlog.splits.RangeInfo` per piece), in the direct plan the entries whose window another
 task owns (:class:`Strays`) and the time index's blocks, and the task's CPU time and peak memory
-(:class:`rocketidx.usage.Usage`). Out: a :class:`TaskResult`; on Spark's shuffle plan, which hands Arrow
+(:class:`rocketidx.process_cost.Usage`). Out: a :class:`TaskResult`; on Spark's shuffle plan, which hands Arrow
 batches back, the same result as :data:`WRITER_ROWS` (:func:`to_batch`, :func:`from_rows`).
 
 Stays true: a result is small (a few numbers per window and per piece, never an entry), so collecting every
@@ -21,7 +21,7 @@ from rocketidx.commitlog.splits import RangeInfo
 from rocketidx.errors import RocketIdxError
 from rocketidx.index.reader import Header
 from rocketidx.index.writer import FileInfo
-from rocketidx.usage import Usage
+from rocketidx.process_cost import Usage
 
 
 @dataclass

@@ -26,7 +26,7 @@ import pyarrow as pa
 from rocketidx.commitlog.columns import MESSAGE_SCHEMA, records_to_batch
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count, scan_entry_chunks
 import rocketidx.layout as L
-from rocketidx.usage import Usage
+from rocketidx.process_cost import Usage
 from rocketidx.commitlog.records import (STOP_CORRUPT, STOP_RANGE_END, STOP_SEGMENT_END, ReadStop, find_first_record, release_pages, scan_records)
 from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment

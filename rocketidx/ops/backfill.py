@@ -2,7 +2,7 @@
 returns a :class:`BackfillOutcome`.
 
 In: the request (the store, the targets, the sizes, the engine flags). Out: the index backfill's result and
-the queues' repair (:mod:`rocketidx.backfill.repair`, :mod:`rocketidx.backfill.store`), the engine the rebuild
+the queues' repair (:mod:`rocketidx.backfill.repair`, :mod:`rocketidx.backfill.index`), the engine the rebuild
 ran on and Spark's figures when it ran there; the plans go to ``log`` line by line as they are made.
 
 Stays true: the store must be a local directory (its lock, a backup and an atomic swap need one); the engine
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rocketidx.backfill.queues import QueueRepair
-from rocketidx.backfill.store import BackfillResult
+from rocketidx.backfill.index import BackfillResult
 from rocketidx.build.engine import Engine, data_bytes
 from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import list_segments
@@ -87,7 +87,7 @@ def backfill(request: BackfillRequest, log=print) -> BackfillOutcome:
                 queues, index, wall = rs.queues, rs.index, rs.wall_s
                 skipped = "consumequeue/ is a RocksDB database" if queues is None else None
             else:
-                from rocketidx.backfill.store import run_backfill
+                from rocketidx.backfill.index import run_backfill
                 index = run_backfill(r.store, builder=builder, **args)
     finally:
         builder.close()

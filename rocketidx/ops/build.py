@@ -22,7 +22,7 @@ from rocketidx.ops.engine import engine_for
 from rocketidx.ops.progress import SILENT, Progress
 from rocketidx.output import safety
 import rocketidx.storage as storage
-from rocketidx.usage import peak_rss_kb
+from rocketidx.process_cost import peak_rss_kb
 
 __all__ = ["BuildRequest", "BuildResult", "build"]
 

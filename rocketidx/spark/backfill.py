@@ -1,8 +1,8 @@
-"""Backfill on Spark: :func:`rocketidx.backfill.store.run_backfill` with the Spark build as its builder.
+"""Backfill on Spark: :func:`rocketidx.backfill.index.run_backfill` with the Spark build as its builder.
 
 In: a stopped broker's store and the Spark settings (``conf/spark.json`` and flags). Out: what
 ``run_backfill`` returns. The plan, the lock, the staging, the verification and the install are the
-core's (:mod:`rocketidx.backfill.store`); only the rebuild of the lost range runs on Spark. The session is
+core's (:mod:`rocketidx.backfill.index`); only the rebuild of the lost range runs on Spark. The session is
 created when the rebuild starts, not before: a dry run, a locked store or a store with nothing to do
 never starts a JVM.
 """
@@ -49,7 +49,7 @@ def run_backfill_spark(store: str | os.PathLike, *, spark=None, spark_conf: str 
 
     Returns ``(BackfillResult, spark figures)``; a session this call made is stopped before it returns.
     """
-    from rocketidx.backfill.store import run_backfill
+    from rocketidx.backfill.index import run_backfill
     from rocketidx.config import project_conf
     from rocketidx.spark.session import load_spark_settings
     conf = spark_conf or project_conf("spark.json")

@@ -63,7 +63,7 @@ def write_partition(batches: Iterator[pa.RecordBatch], params: WriterParams) -> 
     from rocketidx.errors import RocketIdxError
     from rocketidx.index.bundles import iter_bundles
     from rocketidx.spark.tasks import task_setup
-    from rocketidx.usage import Usage
+    from rocketidx.process_cost import Usage
 
     task_setup()
     usage = Usage()

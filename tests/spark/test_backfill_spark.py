@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
-from rocketidx.backfill.store import make_plan, run_backfill
+from rocketidx.backfill.index import make_plan, run_backfill
 from rocketidx.config import BuildConfig
 from rocketidx.spark.backfill import SparkBuilder, run_backfill_spark
 from rocketidx.spark.build import build_index_spark

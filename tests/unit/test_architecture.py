@@ -19,7 +19,7 @@ EXTENSIONS = {"rocketidx._native"}  # compiled (rocketidx/_native.c): imports no
 # Lowest first. A module may import modules of a lower layer, and modules of its own folder; never a
 # higher layer, nor another folder of its own layer. The top-level modules are one folder.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "layout", "units", "arrays", "storage", "usage", "interrupts", "config"),  # shared pieces
+    ("errors", "layout", "units", "arrays", "storage", "process_cost", "interrupts", "config"),  # shared pieces
     ("commitlog",),  # segments, records, message columns, the entries a record dispatches, splits, readers
     ("index", "consumequeue"),  # the derived files' formats: writer, reader, lookup
     ("output",),  # manifest, local and remote outputs, commit, opening what a build left

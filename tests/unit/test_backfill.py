@@ -13,7 +13,7 @@ import pytest
 
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
-from rocketidx.backfill.store import make_plan, run_backfill
+from rocketidx.backfill.index import make_plan, run_backfill
 from rocketidx.build.local import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.broker.store import read_checkpoint, write_checkpoint_index_ts
@@ -172,7 +172,7 @@ def test_a_backfill_stopped_at_any_step_of_its_install_is_rolled_back_by_the_nex
     checkpoint; stopped after any ``die_at`` of them, no file is lost (each is in index/ or the backup,
     byte for byte), and the next run rolls the install back, then ends exactly where an uninterrupted
     backfill ends (same index/ bytes, same checkpoint)."""
-    import rocketidx.backfill.store as bf
+    import rocketidx.backfill.index as bf
     store, files = broker_store(tmp_path, 12000)
     crash(store, files, keep=5, deleted=2)
     damaged = store / "index" / files[5]["name"]  # a damaged file too, so the install replaces a file

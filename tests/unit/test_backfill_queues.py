@@ -291,7 +291,7 @@ def test_a_damaged_index_falls_back_to_the_index_backfill_and_keeps_the_intact_f
 
 
 def test_an_index_equal_to_the_rebuild_is_kept_without_a_second_read(tmp_path, monkeypatch):
-    import rocketidx.backfill.store as bs
+    import rocketidx.backfill.index as bs
     from rocketidx.backfill.repair import repair_store
     case = next(c for c in CASES if json.loads((c / "case.json").read_text())["windowMillis"] == 0)
     store, sizes = store_of(case, tmp_path / "store")  # RocketMQ's own files: one sequence, as the broker writes

@@ -1,4 +1,4 @@
-"""A stopped broker's store -> a plan, then a safe rebuild of the index range the broker lost.
+"""The index backfill: a stopped broker's store -> a plan, then a safe rebuild of the index range the broker lost.
 
 In: ``STORE`` as a broker leaves it (``commitlog/``, ``index/``, ``checkpoint``, ``abort``, ``lock``).
 Out: a :class:`Plan` (printed; all of ``--dry-run``), and, when run, new IndexFiles installed into
