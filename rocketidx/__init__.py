@@ -27,15 +27,20 @@ import os
 from importlib import import_module
 
 __all__ = ["build_index", "open_index", "query_key", "verify_index", "index_stats", "open_consumequeues",
-           "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError"]
+           "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError",
+           "BuildRequest", "StatsRequest"]
 
-# Names defined elsewhere, with the module that defines them; the others are the small wrappers below.
+# Names defined elsewhere, with the module that defines them; the others are the small wrappers below. The
+# operations (rocketidx.ops: one entry point each, taking one of the request types) are these modules' own.
 _LAZY = {
     "build_index": "rocketidx.build.local",
     "open_index": "rocketidx.query.lookup",
     "verify_index": "rocketidx.verify.core",
+    "index_stats": "rocketidx.ops.stats",
     "open_consumequeues": "rocketidx.output.open",
     "BuildConfig": "rocketidx.config",
+    "BuildRequest": "rocketidx.config",
+    "StatsRequest": "rocketidx.config",
     "RocketIdxError": "rocketidx.errors",
 }
 
@@ -50,34 +55,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-def index_stats(index_dir: str | os.PathLike, commitlog: str | os.PathLike | None = None, *, spark=None,
-                master: str | None = None, in_process: bool = False, spark_conf: str | os.PathLike | None = None,
-                **options):
-    """Statistics of the index in ``index_dir`` (and of its keys in ``commitlog``), on the engine the
-    command line would pick: ``spark`` (a session) or ``master`` runs on Spark, ``in_process=True`` here,
-    and otherwise the bytes to read against the break-even in ``conf/spark.json``. ``options``: as
-    :func:`rocketidx.stats.local.index_stats_local` takes them. Returns the statistics object of the engine
-    that ran (``.summary()``, ``.to_pandas()``; the same tables either way).
-    """
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.segments import list_segments
-    from rocketidx.config import project_conf
-    from rocketidx.spark.session import load_spark_settings
-    from rocketidx.stats.local import index_bytes, index_stats_local
-
-    if spark is None:
-        settings = load_spark_settings(spark_conf or project_conf("spark.json"), master=master)
-        work = index_bytes(index_dir, options.get("hash_slot_num"), options.get("index_num"))
-        if commitlog is not None:
-            work += data_bytes(list_segments(commitlog))
-        if not choose_engine(work, in_process=in_process, master=master, break_even=settings.break_even).spark:
-            return index_stats_local(index_dir, commitlog, **options)
-        from rocketidx.spark.session import get_session
-        spark = get_session(master=master)
-    from rocketidx.spark.stats import index_stats as on_spark
-    return on_spark(spark, index_dir, commitlog, **options)
 
 
 def query_key(index, topic: str, key: str, *, begin: int = 0, end: int = 2**63 - 1, max_num: int | None = None,
