@@ -553,3 +553,62 @@ def verify_request(*, index: str | None = None, consumequeue: str | None = None,
                          engine_request(in_process=in_process, master=master, spark_flag=spark, spark_conf=spark_conf,
                                         split_bytes=split_bytes,
                                         read_spark_conf=not in_process and not (consumequeue and not commitlog)))
+
+
+# --- lookups ---------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """What ``query`` needs, resolved (:func:`query_request`). Keys: the index (``--index``, or a store's
+    ``index/``), the CommitLog for ``show``/``exact`` (``--commitlog``, or the store's), the lookups (each a
+    dict of topic, key or tag, begin, end, maxNum), the sizes (flag, else --broker-conf) and the broker's
+    release (a tag lookup needs 5.4+'s tag entries). Queue slots (``consumequeue``): the queues, the CommitLog
+    beside them if given, and one lookup (``queue_lookup``: topic, queue id, queue offset) or a file of them
+    (``queue_lookups_file``)."""
+
+    index: str | None = None
+    commitlog: str | None = None
+    lookups: tuple[Mapping, ...] = ()
+    show: bool = False
+    exact: bool = False
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    release: BrokerRelease = BrokerRelease(None, "5.x", False)
+    consumequeue: str | None = None
+    queue_lookup: tuple | None = None
+    queue_lookups_file: str | None = None
+
+
+def query_request(*, index: str | None = None, store: str | None = None, commitlog: str | None = None,
+                  lookups=(), show: bool = False, exact: bool = False, broker_conf: str | os.PathLike | None = None,
+                  broker_version: str | None = None, hash_slot_num: int | None = None, index_num: int | None = None,
+                  consumequeue: str | None = None, queue_lookup: tuple | None = None,
+                  queue_lookups_file: str | None = None) -> QueryRequest:
+    """A :class:`QueryRequest` from a command's values (None: not given); ``store`` stands for its ``index/``
+    and ``commitlog/`` where ``index``/``commitlog`` are not given."""
+    _, hash_slot_num, index_num = index_sizes(broker_conf, hash_slot_num, index_num)
+    if not consumequeue:
+        index = index or (storage.join(store, "index") if store else None)
+        commitlog = commitlog or (storage.join(store, "commitlog") if store else None)
+    return QueryRequest(index, commitlog, tuple(lookups), show, exact, hash_slot_num, index_num,
+                        broker_release(broker_version), consumequeue, queue_lookup, queue_lookups_file)
+
+
+# --- the time index -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimeIndexRequest:
+    """What ``timeindex`` needs (:func:`timeindex_request`): the CommitLog, the index directory, the block
+    size (None: the default, or with ``check`` each file's own), the CRC check, and whether to check only."""
+
+    commitlog: str
+    out: str
+    block_bytes: int | None = None
+    check_crc: bool = True
+    check: bool = False
+
+
+def timeindex_request(commitlog: str, out: str, *, block_bytes: int | None = None, check_crc: bool = True,
+                      check: bool = False) -> TimeIndexRequest:
+    """A :class:`TimeIndexRequest` from a command's values (None: not given)."""
+    return TimeIndexRequest(str(commitlog), str(out), block_bytes, check_crc, check)
