@@ -51,14 +51,14 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not spark and not slow"
 
 bench: $(STAMP)
-	$(BIN)/python bench/bench.py
+	$(BIN)/python bench/speed/bench.py
 
 faults: $(STAMP)
-	$(BIN)/python bench/faults.py
+	$(BIN)/python bench/campaigns/faults.py
 
 # Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20)
 interrupts: $(STAMP)
-	$(BIN)/python bench/interrupts.py
+	$(BIN)/python bench/campaigns/interrupts.py
 
 # Real RocketMQ brokers (tests/brokers/README.md): every pinned version's files, answers and crash campaign
 # (make test runs the one marked ci in tests/brokers/versions.txt, smaller)
@@ -71,7 +71,7 @@ brokers: $(STAMP)
 # What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas
 # and rocketidx from its wheel, with the compiled kernel), the wheel, and rocketidx.zip (the --py-files fallback)
 dist: $(STAMP)
-	$(BIN)/python -m rocketidx.spark.ship --out dist
+	$(BIN)/python -m rocketidx.packaging.ship --out dist
 
 refcheck: $(STAMP)
 	$(BIN)/python ../shared/tools/refcheck.py

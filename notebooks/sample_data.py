@@ -46,7 +46,7 @@ def resolve_paths(store: str | None, index: str | None, commitlog: str | None, *
         return SamplePaths(store_p, index_p, commitlog_p, False)
     from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     small = root / "sample" / "notebook"
     store_p, index_p = small / "store", small / "out"
     print(f"{index} not found (`make run` generates the full sample); using a small store in {small}")

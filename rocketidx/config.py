@@ -332,7 +332,7 @@ def time_index_dir(setting: str | os.PathLike | None, out: str | os.PathLike) ->
 # --- Spark's settings: conf/spark.json, then flags --------------------------------------------------------------
 
 DEFAULT_SPLIT_BYTES = 128 * 1024**2  # an HDFS block: ~8 tasks per 1 GiB segment
-# Where a local[2] session's fixed cost is paid back on the reference machine (bench/bench_engine.py);
+# Where a local[2] session's fixed cost is paid back on the reference machine (bench/speed/bench_engine.py);
 # conf/spark.json carries the same figure, this is for an installed package without conf/.
 DEFAULT_BREAK_EVEN = int(8.5 * 1024**3)
 
@@ -416,6 +416,55 @@ def engine_request(*, in_process: bool = False, master: str | None = None, spark
     spark = spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions, master=master) \
         if read_spark_conf else None
     return EngineRequest(in_process, master, spark_flag, spark)
+
+
+# --- the backfill's request ---------------------------------------------------------------------------------
+
+BACKFILL_TARGETS = ("index", "consumequeue")
+
+
+@dataclass(frozen=True)
+class BackfillRequest:
+    """Everything a repair of a stopped broker's store needs, resolved (:func:`backfill_request`): the store,
+    what to repair (in :data:`BACKFILL_TARGETS` order), the index's sizes (a flag's, else the broker's conf,
+    else None: read off the store's files), the queue file size and delay levels (a flag's or the broker's),
+    the new files' window and zone, the broker's release and the engine flags."""
+
+    store: str
+    targets: tuple[str, ...] = BACKFILL_TARGETS
+    dry_run: bool = False
+    window_ms: int = 0
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    timezone: str = "local"
+    check_crc: bool = True
+    remove_unexplained: bool = False
+    cq_file_size: int | None = None
+    delay_levels: str = L.DEFAULT_DELAY_LEVELS
+    release: BrokerRelease = BrokerRelease(None, "5.x", False)
+    engine: EngineRequest = EngineRequest()
+
+
+def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFILL_TARGETS), dry_run: bool = False,
+                     window_ms: int = 0, hash_slot_num: int | None = None, index_num: int | None = None,
+                     timezone: str = "local", check_crc: bool = True, remove_unexplained: bool = False,
+                     cq_file_size: int | None = None, broker_conf: str | os.PathLike | None = None,
+                     broker_version: str | None = None, in_process: bool = False, master: str | None = None,
+                     spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
+                     partitions: int | None = None) -> BackfillRequest:
+    """A :class:`BackfillRequest` from a command's or a job's values (None: not given; ``targets`` as
+    ``--targets`` spells it)."""
+    wanted = {t.strip() for t in str(targets).split(",") if t.strip()}
+    if not wanted or wanted - set(BACKFILL_TARGETS):
+        raise ConfigError("--targets", targets, "index, consumequeue, or index,consumequeue")
+    broker, hash_slot_num, index_num = index_sizes(broker_conf, hash_slot_num, index_num)
+    size = cq_file_size or broker.get("mappedFileSizeConsumeQueue")
+    return BackfillRequest(
+        str(store), tuple(t for t in BACKFILL_TARGETS if t in wanted), dry_run, window_ms, hash_slot_num, index_num,
+        timezone, check_crc, remove_unexplained, size and L.cq_file_size(size),
+        broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), broker_release(broker_version),
+        engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
+                       partitions=partitions))
 
 
 # --- the build's request ------------------------------------------------------------------------------------

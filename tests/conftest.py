@@ -1,6 +1,6 @@
 """Shared fixtures of every test directory (the reference cases' paths are in refdata.py): the
 reader-path parameter, the hypothesis profile, one local SparkSession and one S3 server (moto, on
-127.0.0.1: tests/s3server.py) for the whole run, and a counter of the builds that ran the one finish.
+127.0.0.1: tests/support/s3server.py) for the whole run, and a counter of the builds that ran the one finish.
 
 The session is ``local[2]`` with the UI off and small Arrow batches, Python workers on this interpreter;
 tests that take the ``spark`` fixture carry the ``spark`` marker.
@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
-import pytest
-from hypothesis import HealthCheck, settings
+# The shared helpers (reference cases, scenarios, the S3 and Spark test servers) are imported by name.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # One profile for every property test: reproducible (derandomized, no example database), no deadline
 # (a 2-core CI machine is slow at times), fixtures and large data allowed.
@@ -29,7 +33,7 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server on 127.0.0.1 (tests/s3server.py), for the whole run."""
+    """moto's S3 server on 127.0.0.1 (tests/support/s3server.py), for the whole run."""
     from s3server import S3Server
     server = S3Server(os.environ["ROCKETIDX_TEST_S3_ENDPOINT"])
     yield server

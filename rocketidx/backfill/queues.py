@@ -5,7 +5,7 @@ In: ``STORE`` (``commitlog/``, ``consumequeue/``) and a rebuild of its queues (t
 every queue file of the rebuild and every file the store holds, each with what the repair does: ``keep``
 (the same bytes: left untouched), ``replace`` (other bytes or another length: a damaged file, a dirty tail),
 ``write`` (missing: a lost queue or file), ``remove`` (a file no rebuild makes: moved to the backup); then
-:func:`install_queues` swaps them in under a journal, and :func:`roll_back_queues` undoes a swap a kill cut.
+:func:`install_queues` swaps them in through :mod:`rocketidx.backfill.swap`, the index backfill's swap too.
 
 Stays true: planning writes nothing in the store; a ``consumequeue/`` holding something that is not a queue
 file by its path (a name that is not 20 digits, a queueId directory that is not a number, a file at the topic
@@ -14,10 +14,7 @@ them have (the size comes from the store's files, else the broker's or ``--cq-fi
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +22,9 @@ from pathlib import Path
 import rocketidx.layout as L
 from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
 from rocketidx.commitlog.segments import list_segments
-from rocketidx.backfill.store import restore_checkpoint, write_journal
+import rocketidx.backfill.swap as swap
 from rocketidx.errors import StoreLayoutError
-import rocketidx.interrupts as interrupts
-from rocketidx.output.broker import write_checkpoint_fields
-from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
+from rocketidx.output.local import same_bytes
 from rocketidx.verify.queues import rebuild_in_process, unexplained_why
 
 ACTIONS = ("keep", "replace", "write", "remove")
@@ -161,10 +156,6 @@ def compare_queues(store: Path, files: dict[str, int], size: int, size_from: str
 
 # --- the repair -------------------------------------------------------------------------------------------
 
-STAGING_DIR = "consumequeue.rocketidx-staging"  # beside consumequeue/, never inside: the broker loads that
-BACKUP_DIR = "consumequeue.backup"
-
-
 @dataclass
 class QueueRepair:
     plan: QueuePlan
@@ -172,86 +163,23 @@ class QueueRepair:
     rolled_back: list[str] = field(default_factory=list)  # earlier interrupted repairs undone first
 
 
-def install_queues(store: Path, rebuilt: Path, backup: Path, plan: QueuePlan, logics_ts: int | None) -> None:
-    """Swap the plan's files in (their data synced by the build that made them). The journal
-    (``backup/journal.json``) names every move before the first; replaced and removed files move to the
-    backup, then the rebuilt ones into place, one rename at a time; the directories are synced; the
-    checkpoint's logicsMsgTimestamp becomes ``logics_ts`` (the old checkpoint in the backup: with the queues
-    whole to the log's end, a crash restart need not re-dispatch what they hold); the journal says
-    ``finished``. A Ctrl-C waits for the end; a kill is what :func:`roll_back_queues` undoes."""
-    cq = store / "consumequeue"
-    journal = {"replace": plan.actions["replace"], "write": plan.actions["write"],
-               "remove": plan.actions["remove"], "started": time.time(),
-               "checkpoint_existed": (store / "checkpoint").exists(), "logics_msg_timestamp": logics_ts}
-    (backup / "consumequeue").mkdir(parents=True)
-    if journal["checkpoint_existed"]:
-        shutil.copy2(store / "checkpoint", backup / "checkpoint")
-        with open(backup / "checkpoint", "rb+") as f:  # on disk before the checkpoint it saves is replaced
-            os.fsync(f.fileno())
-    write_journal(backup, journal)
-    _fsync_dir(backup.parent)
-    touched: set[Path] = set()
-    with interrupts.deferred():  # a Ctrl-C waits for the swap's end; a kill is the journal's business
-        for rel in plan.actions["replace"] + plan.actions["remove"]:
-            dst = backup / "consumequeue" / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            os.rename(cq / rel, dst)
-            touched.update((cq / rel).parent.parents)
-            touched.add((cq / rel).parent)
-        for rel in plan.actions["remove"]:  # a stray queue's emptied directories go too
-            for d in ((cq / rel).parent, (cq / rel).parent.parent):
-                if d.is_dir() and not any(d.iterdir()):
-                    d.rmdir()
-        for rel in plan.actions["replace"] + plan.actions["write"]:
-            (cq / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.rename(rebuilt / rel, cq / rel)
-            touched.add((cq / rel).parent)
-            touched.update((cq / rel).parent.parents)
-        for d in sorted((p for p in touched if p == cq or cq in p.parents), key=lambda p: -len(p.parts)):
-            if d.is_dir():
-                _fsync_dir(d)
-        for d in {p.parent for p in (backup / "consumequeue").rglob("*") if p.is_file()} | {backup}:
-            _fsync_dir(d)
-        if logics_ts is not None:
-            write_checkpoint_fields(store, {"logics_msg_timestamp_ms": logics_ts})
-        journal["finished"] = time.time()
-        write_journal(backup, journal)
+def install_queues(store: Path, rebuilt: Path, plan: QueuePlan, logics_ts: int | None, stamp: str) -> Path:
+    """Swap the plan's files in (:func:`rocketidx.backfill.swap.install`): replaced and removed files go to the
+    backup, the rebuilt ones come in, and the checkpoint's logicsMsgTimestamp becomes ``logics_ts`` (with the
+    queues whole to the log's end, a crash restart need not re-dispatch what they hold). The backup directory."""
+    a = plan.actions
+    return swap.install(swap.Swap(
+        store, "consumequeue", rebuilt, tuple(a["replace"] + a["remove"]), tuple(a["replace"] + a["write"]),
+        checkpoint={"logics_msg_timestamp_ms": logics_ts} if logics_ts is not None else {},
+        note={"replace": a["replace"], "write": a["write"], "remove": a["remove"], "logics_msg_timestamp": logics_ts}),
+        stamp)
 
 
 def interrupted_queue_repairs(store: Path) -> list[tuple[Path, dict]]:
     """Queue repairs of ``store`` stopped between their journal and its ``finished``, oldest first."""
-    root = store / BACKUP_DIR
-    found = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        j = d / "journal.json"
-        if j.is_file():
-            journal = json.loads(j.read_text())
-            if "finished" not in journal and "rolled_back" not in journal:
-                found.append((d, journal))
-    return found
+    return swap.interrupted(store, "consumequeue")
 
 
 def roll_back_queues(store: Path, backup: Path, journal: dict) -> None:
-    """Undo an interrupted repair: the journal names every move up front, so a move made just before the kill
-    is undone too. Rebuilt files leave ``consumequeue/`` (a file the repair replaced is new wherever its old
-    one is in the backup), replaced and removed ones come back; then the journal says ``rolled_back``."""
-    cq = store / "consumequeue"
-    moved_out = set(journal["replace"]) | set(journal["remove"])
-    for rel in journal["replace"] + journal["write"]:
-        here = cq / rel
-        if here.exists() and (rel not in moved_out or (backup / "consumequeue" / rel).exists()):
-            here.unlink()
-    for rel in sorted(moved_out):
-        old = backup / "consumequeue" / rel
-        if old.exists():
-            (cq / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.rename(old, cq / rel)
-    for d in [p for p in cq.rglob("*") if p.is_dir()] + [cq]:
-        _fsync_dir(d)
-    if (backup / "checkpoint").exists():
-        restore_checkpoint(store, backup / "checkpoint")
-    elif journal.get("checkpoint_existed") is False:
-        (store / "checkpoint").unlink(missing_ok=True)
-    journal["rolled_back"] = time.time()
-    write_journal(backup, journal)
-
+    """Undo an interrupted queue repair (:func:`rocketidx.backfill.swap.roll_back`)."""
+    swap.roll_back(store, "consumequeue", backup, journal)

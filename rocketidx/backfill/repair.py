@@ -13,11 +13,13 @@ The steps, all under the broker's lock (both kinds):
    ``STORE/consumequeue.rocketidx-staging/<stamp>/`` (synced when it commits; a dry run builds in a temporary
    directory instead);
 3. the queues: each file against its rebuild (:func:`rocketidx.backfill.queues.compare_queues`), then the swap
-   (backup, journal, one rename at a time), then the checkpoint's logicsMsgTimestamp;
+   (:mod:`rocketidx.backfill.swap`: backup, journal, one rename at a time), then the checkpoint's
+   logicsMsgTimestamp;
 4. the index: left as it is when its files are the rebuild's, byte for byte (a file equal to what RocketMQ
    writes from this log needs no verification: :func:`rocketidx.backfill.store.plan_from_rebuild`); otherwise
    the index backfill's own plan runs (each file verified, the lost range rebuilt: more reads of the log),
-   taking the rebuild of step 2 where it keeps no file.
+   taking the rebuild of step 2 where it keeps no file, and installing through the same swap (one stamp
+   names both backups).
 
 Stays true: nothing is written outside ``consumequeue/``, ``index/`` and ``checkpoint`` but rocketidx's staging
 and backup directories beside them; healthy files keep their inode; run on its own result, nothing changes.
@@ -31,10 +33,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocketidx.backfill.queues import (BACKUP_DIR, STAGING_DIR, QueuePlan, QueueRepair, compare_queues,
-                                       install_queues, interrupted_queue_repairs, queue_files, roll_back_queues,
-                                       store_queue_file_size)
-from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir, plan_from_rebuild, roll_back_interrupted
+from rocketidx.backfill.queues import QueueRepair, compare_queues, install_queues, queue_files, store_queue_file_size
+from rocketidx.backfill.store import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
+import rocketidx.backfill.swap as swap
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError
 import rocketidx.layout as L
@@ -86,9 +87,8 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
     with broker_lock(store, create=not dry_run):
         result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
-        if not dry_run and (store / STAGING_DIR).is_dir():  # a killed repair's build: never installed, ours
-            shutil.rmtree(store / STAGING_DIR)
-            log(f"removed an interrupted repair's staging ({store / STAGING_DIR})")
+        if not dry_run:
+            swap.clear_staging(store, "consumequeue", log)
         files = queue_files(store / "consumequeue")  # as the roll-backs left it
         size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
         index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None
@@ -100,9 +100,9 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
                              delay_levels=delay_levels)
-        now = time.time_ns()
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now // 10**9)) + f".{now % 10**9:09d}Z-{os.getpid()}"
-        out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run else store / STAGING_DIR / stamp
+        stamp = swap.new_stamp()
+        out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
+            else swap.staging_dir(store, "consumequeue", stamp)
         try:
             built, summary = builder(store / "commitlog", out, config, time_index=None)
             log(f"read the CommitLog once: {summary.messages:,} messages -> "
@@ -115,10 +115,9 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                 for line in plan.lines():
                     log(line)
                 if not dry_run and plan.changes:
-                    backup = store / BACKUP_DIR / stamp
                     # A store without a checkpoint gets none: the broker starts one at zero, the same as before.
                     logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
-                    install_queues(store, out / CONSUMEQUEUE_DIR, backup, plan, logics)
+                    backup = install_queues(store, out / CONSUMEQUEUE_DIR, plan, logics, stamp)
                     result.queues.backup_dir = str(backup)
                     log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
                         f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
@@ -131,11 +130,10 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                 result.index = backfill_locked(
                     store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
                     timezone_name=timezone_name, dry_run=dry_run, check_crc=check_crc, log=log, t0=t0, plan=same,
-                    builder=_Reuse(builder, out, built, summary, config))
+                    builder=_Reuse(builder, out, built, summary, config), stamp=stamp)
         finally:
             shutil.rmtree(out.parent if dry_run else out, ignore_errors=True)
-            if (store / STAGING_DIR).is_dir() and not any((store / STAGING_DIR).iterdir()):
-                (store / STAGING_DIR).rmdir()
+            swap.drop_empty_staging(store, "consumequeue")
     result.wall_s = time.monotonic() - t0
     return result
 
@@ -150,16 +148,10 @@ def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,
 
 
 def _roll_back(store: Path, targets, dry_run: bool, log) -> list[str]:
-    """Every interrupted repair of the targets, undone (a dry run says it would): the backups."""
-    undone = roll_back_interrupted(store, dry_run, log) if "index" in targets else []
-    for d, journal in interrupted_queue_repairs(store):
-        if dry_run:
-            log(f"an interrupted ConsumeQueue repair ({d}) would be rolled back first")
-            continue
-        roll_back_queues(store, d, journal)
-        undone.append(str(d))
-        log(f"rolled back an interrupted ConsumeQueue repair ({d})")
-    return undone
+    """Every interrupted repair of the targets, undone (a dry run says it would): the backups. The queues' are
+    undone whatever the targets: a half-swapped consumequeue/ is never left for the broker."""
+    undone = swap.roll_back_interrupted(store, "index", dry_run, log, "backfill") if "index" in targets else []
+    return undone + swap.roll_back_interrupted(store, "consumequeue", dry_run, log, "ConsumeQueue repair")
 
 
 def newest_entry_time(store: Path, out: Path) -> int | None:

@@ -22,25 +22,23 @@ Stays true:
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
 from rocketidx.arrays import unique_sorted
+import rocketidx.backfill.swap as swap
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
 from rocketidx.errors import CorruptIndexError, StoreLayoutError
 from rocketidx.index.reader import IndexFile
-import rocketidx.interrupts as interrupts
 import rocketidx.layout as L
-from rocketidx.output.broker import CHECKPOINT_FIELD, broker_lock, read_checkpoint, write_checkpoint_index_ts
-from rocketidx.output.local import fsync_dir as _fsync_dir, same_bytes
+from rocketidx.output.broker import CHECKPOINT_FIELD, broker_lock, read_checkpoint
+from rocketidx.output.local import same_bytes
 from rocketidx.output.manifest import INDEX_DIR, Manifest, ManifestFile
 from rocketidx.output.open import IndexDir, open_index_dir
 from rocketidx.verify.core import verify_index
@@ -269,23 +267,16 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
 
 def roll_back_interrupted(store: Path, dry_run: bool, log) -> list[str]:
     """Roll back every interrupted index backfill of ``store`` (a dry run only says it would); the backups."""
-    undone = []
-    for backup, journal in interrupted(store):
-        if dry_run:
-            log(f"an interrupted backfill ({backup}) would be rolled back first")
-        else:
-            roll_back(store, backup, journal)
-            undone.append(str(backup))
-            log(f"rolled back an interrupted backfill: {backup} (its files are back in index/)")
-    return undone
+    return swap.roll_back_interrupted(store, "index", dry_run, log, "backfill")
 
 
 def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | None, window_ms: int,
                     timezone_name: str, dry_run: bool, check_crc: bool, builder, log, t0: float,
-                    plan: Plan | None = None) -> BackfillResult:
+                    plan: Plan | None = None, stamp: str | None = None) -> BackfillResult:
     """:func:`run_backfill`'s plan and install, with the store's lock already held by the caller (the lock
     cannot be taken twice by one process: closing a second descriptor would drop the POSIX lock).
-    ``plan``: one already made (:func:`plan_from_rebuild`), else :func:`make_plan` makes it."""
+    ``plan``: one already made (:func:`plan_from_rebuild`), else :func:`make_plan` makes it; ``stamp``: the
+    swap's (:func:`rocketidx.backfill.swap.new_stamp`), shared with the queues' in one repair."""
     plan = plan or make_plan(store, hash_slot_num=hash_slot_num, index_num=index_num, window_ms=window_ms,
                              check_crc=check_crc)
     log(plan.describe())
@@ -297,49 +288,33 @@ def backfill_locked(store: Path, *, hash_slot_num: int | None, index_num: int | 
         from rocketidx.build.local import build_index as builder
     config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
                          timezone=timezone_name, check_crc=check_crc)
-    staging = store / "index.rocketidx-staging"
-    shutil.rmtree(staging, ignore_errors=True)
+    stamp = stamp or swap.new_stamp()
+    swap.clear_staging(store, "index", log)
+    staging = swap.staging_dir(store, "index", stamp)
+    staging.parent.mkdir(parents=True, exist_ok=True)
     kept = plan.kept
     new_files = []
-    if plan.messages_in_range:
-        built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
-                                 skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
-        new_files = list(Manifest.from_dict(built, str(staging)).files)
-        log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
-            f"{len(new_files)} file(s)")
-    _verify_staged(staging, new_files, plan, store, check_crc)
-    backup = store / "index.backup" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    journal = {"store": str(store), "started": time.time(), "replace": list(plan.replaced),
-               "install": [f.name for f in new_files], "checkpoint_existed": (store / "checkpoint").exists(),
-               "moved_to_backup": [], "installed": [], "checkpoint_before": plan.checkpoint}
-    # A Ctrl-C or SIGTERM waits until the install is done: it takes a few renames.
-    with interrupts.deferred():
-        backup.mkdir(parents=True)
-        if (store / "checkpoint").exists():
-            shutil.copy2(store / "checkpoint", backup / "checkpoint")
-        write_journal(backup, journal)
-        index_dir = store / "index"
-        index_dir.mkdir(exist_ok=True)
-        for name in plan.replaced:
-            os.rename(index_dir / name, backup / name)
-            journal["moved_to_backup"].append(name)
-            write_journal(backup, journal)
-        for f in new_files:
-            os.rename(staging / INDEX_DIR / f.name, index_dir / f.name)
-            journal["installed"].append(f.name)
-            write_journal(backup, journal)
-        # The moves must be on disk before the checkpoint names the new files (their data was synced
-        # when the writer closed them): otherwise a power cut could leave a checkpoint past the index.
-        _fsync_dir(backup)
-        _fsync_dir(index_dir)
+    try:
+        if plan.messages_in_range:
+            built, summary = builder(store / "commitlog", staging, config, start_offset=plan.rebuild_from,
+                                     skip_entries=plan.skip_entries, name_after=kept[-1].name if kept else None)
+            new_files = list(Manifest.from_dict(built, str(staging)).files)
+            log(f"rebuilt {summary.entries:,} entries of {summary.messages:,} messages into "
+                f"{len(new_files)} file(s)")
+        _verify_staged(staging, new_files, plan, store, check_crc)
         newest = max([f.end_timestamp for f in new_files] + [f.end_timestamp for f in kept] + [0])
-        if new_files:
-            write_checkpoint_index_ts(store, newest)
-            result.checkpoint_index_ts = newest
-        journal["checkpoint_index_msg_timestamp"] = result.checkpoint_index_ts
-        journal["finished"] = time.time()
-        write_journal(backup, journal)
-    shutil.rmtree(staging, ignore_errors=True)
+        # The checkpoint's indexMsgTimestamp names the newest installed file, or the broker's next abnormal
+        # start would delete the new files again.
+        result.checkpoint_index_ts = newest if new_files else None
+        backup = swap.install(swap.Swap(
+            store, "index", staging / INDEX_DIR, tuple(plan.replaced), tuple(f.name for f in new_files),
+            checkpoint={CHECKPOINT_FIELD: newest} if new_files else {},
+            note={"replace": list(plan.replaced), "install": [f.name for f in new_files],
+                  "checkpoint_before": plan.checkpoint, "checkpoint_index_msg_timestamp": result.checkpoint_index_ts}),
+            stamp)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        swap.drop_empty_staging(store, "index")
     result.installed = [f.name for f in new_files]
     result.backup_dir = str(backup)
     result.wall_s = time.monotonic() - t0
@@ -369,61 +344,6 @@ def _verify_staged(staging: Path, new_files: list[ManifestFile], plan: Plan, sto
         raise CorruptIndexError(str(staging), 0, "new file names do not sort after the kept files")
 
 
-def write_journal(backup: Path, journal: dict) -> None:
-    """``backup/journal.json``, whole or not at all: temporary file, fsync, rename (every repair's journal)."""
-    tmp = backup / "journal.json.tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(journal, indent=2) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, backup / "journal.json")
-
-
-def restore_checkpoint(store: Path, saved: Path) -> None:
-    """Put a repair's saved checkpoint back: a copy, fsync, rename over ``STORE/checkpoint``."""
-    tmp = store / "checkpoint.rocketidx-tmp"
-    shutil.copyfile(saved, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, store / "checkpoint")
-    _fsync_dir(store)
-
-
 def interrupted(store: Path) -> list[tuple[Path, dict]]:
-    """The backfills of ``store`` that were stopped (killed, a power cut) between their first move and
-    their journal's ``finished``, oldest first."""
-    root = store / "index.backup"
-    found = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
-        j = d / "journal.json"
-        if j.is_file():
-            journal = json.loads(j.read_text())
-            if "finished" not in journal and "rolled_back" not in journal and "replace" in journal:
-                found.append((d, journal))
-    return found
-
-
-def roll_back(store: Path, backup: Path, journal: dict) -> None:
-    """Undo an interrupted install: the journal names up front every file it was going to replace and
-    install, so a move done just before the kill (not yet journaled) is undone too. New files leave
-    ``index/`` (they are rebuilt), replaced ones come back from the backup, and the checkpoint is the one
-    from before; then the journal says ``rolled_back``. A broker that started in between saw at worst the
-    files it would have dropped anyway (those past its checkpoint) or damaged ones missing."""
-    index_dir = store / "index"
-    replaced = set(journal["replace"])
-    for name in journal["install"]:
-        here = index_dir / name
-        if here.exists() and (name not in replaced or (backup / name).exists()):
-            here.unlink()
-    for name in journal["replace"]:
-        if (backup / name).exists():
-            os.rename(backup / name, index_dir / name)
-    if (backup / "checkpoint").exists():
-        restore_checkpoint(store, backup / "checkpoint")
-    elif not journal["checkpoint_existed"]:
-        (store / "checkpoint").unlink(missing_ok=True)
-    _fsync_dir(index_dir)
-    _fsync_dir(backup)
-    _fsync_dir(store)
-    journal["rolled_back"] = time.time()
-    write_journal(backup, journal)
+    """The index backfills of ``store`` stopped between their journal and its ``finished``, oldest first."""
+    return swap.interrupted(store, "index")

@@ -8,7 +8,7 @@ prints in its summary.
 Why a break-even: a local Spark session costs seconds of JVM start and a first job before it reads a
 byte, then reads with every core; the in-process core reads at several hundred MB/s on one. Below the
 break-even the single process finishes first; ``make bench`` measures where the two meet on this
-machine (``bench/bench_engine.py``), and the default in ``conf/spark.json`` is that figure.
+machine (``bench/speed/bench_engine.py``), and the default in ``conf/spark.json`` is that figure.
 """
 from __future__ import annotations
 

@@ -5,10 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rocketidx.cli.common import (add_broker_conf, add_broker_version, add_engine_arguments, apply_broker_conf,
-                                  spark_flag_misused, spark_settings)
-from rocketidx.errors import ConfigError, StoreLayoutError
-import rocketidx.storage as storage
+from rocketidx.cli.common import add_broker_conf, add_broker_version, add_engine_arguments, spark_flag_misused
 from rocketidx.units import count_arg, duration_arg, size_arg
 
 
@@ -42,83 +39,39 @@ def add_backfill_arguments(bf: argparse.ArgumentParser, *, spark_conf: str | Non
     add_engine_arguments(bf, "rebuild", spark_conf, engine_flag)
 
 
-class _EngineBuilder:
-    """The backfill's builder: when the range to rebuild is known, :func:`rocketidx.build.engine.choose_engine`
-    picks the in-process build or the Spark one (a session is started only then)."""
-
-    def __init__(self, a, settings):
-        self.a, self.settings = a, settings
-        self.engine = None
-        self.spark = None
-
-    def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None,
-                 time_index="auto"):
-        from rocketidx.build.local import build_index
-        from rocketidx.build.engine import choose_engine, data_bytes
-        from rocketidx.commitlog.segments import list_segments
-        segments = list_segments(commitlog, from_offset=start_offset)
-        self.engine = choose_engine(data_bytes(segments, start_offset), in_process=getattr(self.a, "in_process", False),
-                                    master=self.a.master, break_even=self.settings.break_even)
-        if not self.engine.spark:
-            return build_index(commitlog, out, config, segments=segments, start_offset=start_offset,
-                               skip_entries=skip_entries, name_after=name_after, time_index=time_index)
-        from rocketidx.spark.backfill import SparkBuilder
-        self.spark = SparkBuilder(self.settings)
-        return self.spark(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
-                          name_after=name_after, time_index=time_index)
-
-    def close(self) -> None:
-        if self.spark is not None:
-            self.spark.close()
-
-
 def run_backfill_command(a: argparse.Namespace) -> int:
-    """``rocketidx backfill`` and ``jobs/backfill.py``: the flags :func:`add_backfill_arguments` made -> the
-    backfill (the rebuild on the engine :func:`rocketidx.build.engine.choose_engine` picks for its range) -> the
-    plan and result on stdout."""
-    from rocketidx.backfill.store import run_backfill
-    if storage.is_remote(a.store):
-        raise StoreLayoutError(storage.redact(a.store), "backfill writes into a stopped broker's local store (its "
-                                                        "lock, a backup and an atomic swap need a local disk); "
-                                                        "give the store's path on the broker's machine")
-    broker = apply_broker_conf(a)
-    targets = {t.strip() for t in str(a.targets).split(",") if t.strip()}
-    if not targets or targets - {"index", "consumequeue"}:
-        raise ConfigError("--targets", a.targets, "index, consumequeue, or index,consumequeue")
-    in_process = getattr(a, "in_process", False)
-    if in_process and spark_flag_misused(a, "backfill", "Spark (drop --in-process)",
-                                          ("master", "spark_conf", "split_bytes", "partitions")):
+    """``rocketidx backfill``: the flags :func:`add_backfill_arguments` made -> a
+    :class:`rocketidx.config.BackfillRequest` -> :func:`rocketidx.ops.backfill.backfill` -> the plan and result
+    on stdout."""
+    from rocketidx.config import backfill_request
+    request = backfill_request(a.store, targets=a.targets, dry_run=a.dry_run, window_ms=a.window,
+                               hash_slot_num=a.hash_slots, index_num=a.index_num, timezone=a.timezone,
+                               check_crc=not a.no_crc, remove_unexplained=a.remove_unexplained,
+                               cq_file_size=a.cq_file_size, broker_conf=a.broker_conf,
+                               broker_version=a.broker_version, in_process=getattr(a, "in_process", False),
+                               master=a.master, spark_conf=a.spark_conf, split_bytes=a.split_bytes,
+                               partitions=a.partitions)
+    if request.engine.in_process and spark_flag_misused(a, "backfill", "Spark (drop --in-process)",
+                                                        ("master", "spark_conf", "split_bytes", "partitions")):
         return 2
-    log = (lambda *_: None) if a.json else print
-    args = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, window_ms=a.window, timezone_name=a.timezone,
-                dry_run=a.dry_run, check_crc=not a.no_crc, log=log)
-    builder = _EngineBuilder(a, spark_settings(a))
-    queues = None
-    try:
-        if "consumequeue" in targets:
-            from rocketidx.backfill.repair import repair_store
-            import rocketidx.layout as L
-            size = a.cq_file_size or broker.get("mappedFileSizeConsumeQueue")
-            rs = repair_store(a.store, targets=tuple(t for t in ("index", "consumequeue") if t in targets),
-                              cq_file_size=size and L.cq_file_size(size),
-                              delay_levels=broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), builder=builder,
-                              remove_unexplained=a.remove_unexplained, **args)
-            q = rs.queues
-            queues = {"skipped": "consumequeue/ is a RocksDB database"} if q is None else {
-                "plan": q.plan.as_dict(), "backup_dir": q.backup_dir, "rolled_back": q.rolled_back,
-                "wall_s": round(rs.wall_s, 3)}
-            r = rs.index
-        else:
-            r = run_backfill(a.store, builder=builder, **args)
-    finally:
-        builder.close()
-    engine = builder.engine.as_dict() if builder.engine else None
-    spark = (builder.spark.stats if builder.spark else None) or None
-    if a.json:
+    return report_backfill(request, as_json=a.json)
+
+
+def report_backfill(request, *, as_json: bool) -> int:
+    """Run the repair ``request`` asks for, its plans on stdout as they are made (not with ``as_json``), then the
+    engine, or the whole plan and result as one JSON object."""
+    from rocketidx.ops.backfill import backfill
+    out = backfill(request, log=(lambda *_: None) if as_json else print)
+    engine = out.engine.as_dict() if out.engine else None
+    if as_json:
+        r, q = out.index, out.queues
         index = {} if r is None else {
             "plan": r.plan.as_dict(), "installed": r.installed, "backup_dir": r.backup_dir,
             "checkpoint_index_msg_timestamp": r.checkpoint_index_ts, "wall_s": round(r.wall_s, 3)}
-        print(json.dumps(index | {"engine": engine, "spark": spark} | ({"consumequeue": queues} if queues else {})))
+        queues = {"skipped": out.queues_skipped} if out.queues_skipped else None if q is None else {
+            "plan": q.plan.as_dict(), "backup_dir": q.backup_dir, "rolled_back": q.rolled_back,
+            "wall_s": round(out.queues_wall_s, 3)}
+        print(json.dumps(index | {"engine": engine, "spark": out.spark} | ({"consumequeue": queues} if queues else {})))
     elif engine:
         print(f"engine: {engine['name']} ({engine['reason']})")
     return 0

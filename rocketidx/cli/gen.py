@@ -16,7 +16,7 @@ DEMO_MESSAGES = 300_000  # the sample store `make run` generates
 
 
 def cmd_gen(a) -> int:
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     cfg = GenConfig(messages=a.messages, segment_bytes=a.segment_bytes, body_bytes=a.body_bytes, topics=a.topics,
                     queues=a.queues,
                     keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
@@ -40,7 +40,7 @@ def cmd_demo(a) -> int:
     from rocketidx.build.local import build_index
     from rocketidx.build.summary import unread
     from rocketidx.config import BuildConfig
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.commitlog.readers import read_segment
     from rocketidx.query.lookup import open_index, query_offsets
     from rocketidx.commitlog.segments import list_segments

@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rocketidx.arrays import binary_array, gather_ranges, string_buffers
-from rocketidx.commitlog.records import ReadStop, gather_at, check_records, property_ranges
+from rocketidx.arrays import binary_array, gather_ranges
+from rocketidx.commitlog.records import gather_at
 from rocketidx.commitlog.segments import Segment
 import rocketidx.layout as L
 
@@ -43,7 +43,6 @@ MESSAGE_SCHEMA = pa.schema([
     ("tags", pa.string()),
     ("properties", pa.string()),  # the raw properties string, decoded as Java decodes UTF-8
 ])
-PROPERTIES_MAP = pa.map_(pa.string(), pa.string())
 
 
 def _binary(data: np.ndarray, offsets: np.ndarray) -> pa.BinaryArray:
@@ -61,16 +60,6 @@ def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
     except pa.ArrowInvalid:
         from rocketidx.commitlog.keys import java_utf8_decode
         return pa.array([None if b is None else java_utf8_decode(b) for b in arr.to_pylist()], pa.string())
-
-
-def extract_properties(props: pa.Array, names: list[str]) -> dict[str, pa.StringArray]:
-    """The value ``string2messageProperties`` gives for each name, or null, for every row."""
-    data, offs = string_buffers(props)
-    out = {}
-    for name, (found, vstart, vlen) in property_ranges(data, offs, names).items():
-        d, o = gather_ranges(data, vstart, vlen)
-        out[name] = binary_array(d, o, found, pa.string())
-    return out
 
 
 def parse_properties(props: pa.StringArray) -> pa.MapArray:
@@ -152,11 +141,3 @@ def records_to_batch(buf, seg: Segment, recs: np.ndarray) -> pa.RecordBatch:
         _strings(u8, recs, L.REC_TAGS_POS, L.REC_TAGS_LEN),
         _strings(u8, recs, L.REC_PROPS_POS, L.REC_PROPS_LEN),
     ], schema=MESSAGE_SCHEMA)
-
-
-def decode_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
-                   ) -> tuple[pa.RecordBatch, ReadStop | None]:
-    """Numpy pass 2 over records at segment offsets ``P``: the batch of valid records before the first
-    invalid one, and a corrupt stop if one was found."""
-    recs, stop = check_records(buf, seg, P, check_crc=check_crc)
-    return records_to_batch(buf, seg, recs), stop

@@ -173,7 +173,7 @@ def test_time_and_offset_filters_index_exactly_the_messages_in_range(spark, tmp_
 def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, steps, back_ms, plan):
     """A few steps back: the direct plan reroutes the strays; many: it gives way to the shuffle plan.
     150 items per file, so windows roll over into several files."""
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     store = tmp_path / "store"
     generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,
                                     clock_steps=steps, clock_back_ms=back_ms, seed=5))
@@ -206,7 +206,7 @@ def test_a_slice_read_through_the_time_index_gives_the_full_reads_bytes(spark, t
     """The clock steps back 70 minutes in three places, so the slice's records lie in blocks far apart;
     on Spark the slice reads only those blocks (each task its windows) and builds what a full read does."""
     from rocketidx.build.local import build_index_range
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.commitlog.timeindex import DIR_NAME
     store = tmp_path / "store"
     generate_store(store, GenConfig(messages=6000, segment_bytes=256 * 1024, body_bytes=200, span_ms=6 * 3_600_000,

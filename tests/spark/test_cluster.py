@@ -1,5 +1,5 @@
 """The job on a real Spark standalone cluster (issue 24): a master and two one-core workers on 127.0.0.1
-(tests/standalone.py), ``spark-submit --master spark://...`` with the environment archive ``make dist`` builds,
+(tests/support/standalone.py), ``spark-submit --master spark://...`` with the environment archive ``make dist`` builds,
 reading a CommitLog from the S3 test server and writing an ``s3://`` output: no path is shared between the driver
 and the executors but the object store."""
 from __future__ import annotations
@@ -65,7 +65,7 @@ def submissions(cluster, archive, s3_server, tmp_path_factory) -> dict:
         work = tmp_path_factory.mktemp(f"cluster-{name}")
         if name == PROBE:
             return run_recipe(cluster, work, {"COMMITLOG": "unused", "OUT": "unused"},
-                              script=ROOT / "tests" / "cluster_probe.py"), None
+                              script=ROOT / "tests" / "support" / "cluster_probe.py"), None
         return submit_case(cluster, s3_server, CASES[name], work)
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip([PROBE, *CASES], pool.map(one, [PROBE, *CASES])))
@@ -75,7 +75,7 @@ CASES = {c.name: c for c in GOLDEN_CASES}
 
 
 def test_the_executors_import_rocketidx_from_the_unpacked_archive_with_its_kernel(submissions, archive):
-    from rocketidx.spark.ship import kernel_in
+    from rocketidx.packaging.ship import kernel_in
     assert kernel_in(archive)
     p, _ = submissions[PROBE]
     assert p.returncode == 0, failed(p)

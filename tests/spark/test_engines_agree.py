@@ -4,7 +4,7 @@ The reproducer (a ``gen`` store, 14 bytes of garbage over a record's PHYSICALOFF
 segment): the in-process build exited 0 without a word about the 1,073 entries the broker's endPhyOffset
 rule left out, and Spark refused the log (exit 2). Now both engines give the same exit code, counts,
 stop and file bytes, say on stderr what a broker rule left out (count, first offset), and ``--strict``
-exits 1 on both. A small sample of the fault harness's engines part (``bench/faults.py --only
+exits 1 on both. A small sample of the fault harness's engines part (``bench/campaigns/faults.py --only
 engines``) runs here too.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 
 from rocketidx.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "campaigns"))
 import faults  # noqa: E402
 
 pytestmark = pytest.mark.spark

@@ -2,7 +2,7 @@
 previous output unchanged, and no JVM, Python worker or temporary directory left behind.
 
 The signal is sent from outside while the job's tasks are running (their scratch directories exist
-under the staged version); bench/interrupts.py sends them at random moments."""
+under the staged version); bench/campaigns/interrupts.py sends them at random moments."""
 from __future__ import annotations
 
 import os

@@ -17,7 +17,7 @@ import pytest
 from refdata import GOLDEN
 
 from rocketidx.build.local import build_index
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.query.lookup import open_index, query_offsets
 from rocketidx.spark.session import build_py_files

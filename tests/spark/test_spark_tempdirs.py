@@ -69,7 +69,7 @@ def test_a_killed_driver_leaves_no_spark_temp_directory(tmp_path):
         group = os.getpgid(jvm)
         assert any(name.startswith("blockmgr-") for name in left_behind(tmp)), "the test's tmpdir is Spark's"
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver's whole group, as bench/faults.py kills a build
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver's whole group, as bench/campaigns/faults.py kills a build
         proc.wait()
     wait_gone(jvm)
     stderr = proc.stderr.read()

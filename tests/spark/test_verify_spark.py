@@ -292,7 +292,7 @@ def test_misplaced_offsets_on_spark_give_the_core_report(spark, tmp_path, case):
 def test_time_slice_on_spark_expects_only_the_slice(spark, tmp_path):
     from rocketidx.config import BuildConfig
     from rocketidx.build.local import build_index_range
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.verify.core import BuildRead
     t0 = 1_700_000_000_000
     generate_store(tmp_path / "store", GenConfig(messages=4000, segment_bytes=128 * 1024, span_ms=6 * 3_600_000,
@@ -318,7 +318,7 @@ def test_another_log_is_said_and_every_file_counts_its_problems_on_spark(spark, 
     the core's report on Spark: the one line saying so, and a per-file problems column that counts every
     problem of the file (the content ones included), not 0."""
     from rocketidx.config import BuildConfig
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
     generate_store(tmp_path / "A", GenConfig(seed=1, **shape))
     generate_store(tmp_path / "B", GenConfig(seed=2, **shape))

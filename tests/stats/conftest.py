@@ -10,7 +10,7 @@ def small_store(tmp_path_factory):
     10-minute windows of ~600 entries, 1,009 slots, 400 items, so every window rolls over into a second file."""
     from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     root = tmp_path_factory.mktemp("stats-store")
     store, out = root / "store", root / "out"
     generate_store(store, GenConfig(messages=3000, segment_bytes=1 << 20, span_ms=2 * 3_600_000, seed=11))

@@ -259,7 +259,7 @@ def test_another_log_is_refused_before_any_spark_job(spark, tmp_path):
     from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.errors import IndexLogMismatchError
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.spark.stats import index_stats
     shape = dict(messages=3000, segment_bytes=256 * 1024, span_ms=3 * 3_600_000)
     generate_store(tmp_path / "A", GenConfig(seed=1, **shape))

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("verify", "stats"),
     ("backfill",),
     ("spark",),  # the thin shells over the core, and the rocketmq-commitlog source
+    ("sample", "packaging"),  # off the pipeline: the sample-store generator (gen, demo), make dist's packaging
     ("ops",),  # one entry point per operation: a request in, the engine chosen, a result out (issue 33)
     ("cli",),
     ("__init__", "__main__"),  # the public API and the console script

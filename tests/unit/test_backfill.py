@@ -38,7 +38,8 @@ def test_crashed_broker_store_is_backfilled_and_answers_like_a_full_rebuild(tmp_
     assert names == sorted(names) and result.installed[0] > files[4]["name"]
     # Replaced files and the old checkpoint are in the backup; nothing was deleted.
     backup = Path(result.backup_dir)
-    assert sorted(p.name for p in backup.iterdir() if p.name not in ("checkpoint", "journal.json")) == \
+    assert sorted(p.name for p in backup.iterdir()) == ["checkpoint", "index", "journal.json"]
+    assert sorted(p.name for p in (backup / "index").iterdir()) == \
         sorted(f.name for f in plan.files if f.status != "keep")
     assert (backup / "checkpoint").read_bytes() == checkpoint_before
     journal = json.loads((backup / "journal.json").read_text())
@@ -210,7 +211,7 @@ def test_a_backfill_stopped_at_any_step_of_its_install_is_rolled_back_by_the_nex
     with pytest.raises(_Killed):
         run_backfill(store, hash_slot_num=SLOTS, index_num=ITEMS, timezone_name="UTC", log=lambda *_: None)
     monkeypatch.undo()
-    backups = sorted((store / "index.backup").iterdir())
+    backups = sorted(b / "index" for b in (store / "index.backup").iterdir())
     for name, data in before.items():
         assert any(p.exists() and p.read_bytes() == data for p in [store / "index" / name] +
                    [b / name for b in backups]), name
@@ -232,7 +233,7 @@ def test_a_kept_file_after_one_the_broker_deletes_is_replaced_too(tmp_path, monk
     replaces file 1 as well (the kept files stay a prefix). Found by make faults' indexloss part: before, file
     0's keys were lost after the repair."""
     import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "campaigns"))
     import index_loss_faults
     from index_loss_faults import step_clock_back
     store, files = broker_store(tmp_path, 8000)

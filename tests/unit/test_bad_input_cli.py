@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from rocketidx.cli import main
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.records import scan_records
 from rocketidx.commitlog.segments import list_segments, open_segment
 import rocketidx.layout as L

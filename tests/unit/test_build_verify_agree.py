@@ -18,13 +18,13 @@ import pytest
 
 from rocketidx.build.local import build_index
 from rocketidx.cli import main
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.output.target import read_manifest
 from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
 from rocketidx.verify.report import VerifyReport
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
 from scenarios import BASIC, lay_segment, props, write_segments  # noqa: E402
 
 T0 = 1_700_000_000_000

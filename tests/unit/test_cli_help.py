@@ -36,7 +36,7 @@ def test_build_help_says_the_engine_is_chosen_by_size():
 def small(tmp_path_factory):
     from rocketidx.build.local import build_index
     from rocketidx.config import BuildConfig
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     d = tmp_path_factory.mktemp("cli_help")
     generate_store(d / "s", GenConfig(messages=2000))
     build_index(d / "s", d / "o", BuildConfig(hash_slot_num=1000, index_num=10000, timezone="UTC"))
@@ -63,7 +63,7 @@ def test_gen_prints_a_summary_and_json_only_when_asked(tmp_path, capsys):
 
 
 def test_demo_says_when_it_keeps_an_existing_store(tmp_path, capsys):
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     generate_store(tmp_path / "store", GenConfig(messages=1000))
     assert cli.main(["demo", "--dir", str(tmp_path), "--messages", "5000", "--in-process"]) == 0
     err = capsys.readouterr().err

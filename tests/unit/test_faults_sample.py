@@ -1,4 +1,4 @@
-"""A small fast sample of the fault campaign (bench/faults.py; the full run is ``make faults``): mutated
+"""A small fast sample of the fault campaign (bench/campaigns/faults.py; the full run is ``make faults``): mutated
 logs through build, verify, query, stats, backfill and the CLI; damaged indexes through verify, query and
 stats; queries racing builds. Zero failures in each, as in the full run."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "campaigns"))
 import faults  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""A small sample of ``make faults``' ``indexloss`` part (bench/index_loss_faults.py): stores that lost their
+"""A small sample of ``make faults``' ``indexloss`` part (bench/campaigns/index_loss_faults.py): stores that lost their
 newest IndexFiles or one from the middle, with intact, cut or deleted queues, after a clean stop or a crash.
 ``verify --store`` reports exactly the entries the campaign's own restart model says a restart would not
 restore, and after ``backfill --store`` every key answers as a full rebuild's index does."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "campaigns"))
 
 
 def test_verify_reports_exactly_the_entries_a_restart_loses_and_the_repair_restores_every_key(tmp_path):

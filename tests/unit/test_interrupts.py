@@ -2,7 +2,7 @@
 
 The signal is sent by the command's own process at a chosen point (a hook patched in by a small driver
 script), so each case lands where it means to: in the middle of reading, and inside the commit. The
-Spark engine's cases are in tests/spark/test_interrupts_spark.py; bench/interrupts.py sends them at
+Spark engine's cases are in tests/spark/test_interrupts_spark.py; bench/campaigns/interrupts.py sends them at
 random moments from outside."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every scenario of tests/scenarios.py decodes to its stated fields and index keys.
+"""Every scenario of tests/support/scenarios.py decodes to its stated fields and index keys.
 
 Three ways in (RangeReader over bytes, read_segment over a file, CommitLogReader over a store), each on
 the numpy reference path and on the compiled kernel; entries through extract_entry_keys /

@@ -1,7 +1,7 @@
 """Build outputs without a JVM: the local layout and the ``OUT/CURRENT`` layout on any filesystem pyarrow.fs
 opens, behind one interface (lock, staging, task files, commit, discard).
 
-:class:`rocketidx.output.remote.RemoteOutput` runs on the test S3 server (tests/s3server.py: no renames, a
+:class:`rocketidx.output.remote.RemoteOutput` runs on the test S3 server (tests/support/s3server.py: no renames, a
 PUT replaces an object whole) and on pyarrow's LocalFileSystem (a filesystem with renames, as HDFS has):
 the commit names files as the local commit does, a second commit replaces the first and keeps it for
 its readers until the next build starts, a held lock or a failed commit leaves the previous output

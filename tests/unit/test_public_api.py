@@ -15,7 +15,7 @@ import pytest
 
 import rocketidx
 from rocketidx.commitlog.entries import extract_entry_keys
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.query.lookup import read_messages_at

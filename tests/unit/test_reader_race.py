@@ -11,7 +11,7 @@ import threading
 
 from rocketidx.build.local import build_index
 from rocketidx.build.local import build_index_range
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.query.lookup import open_index, query_offsets
 from splitread import core_read

@@ -11,7 +11,7 @@ import rocketidx.commitlog.native as native
 from rocketidx.build.local import build_index, build_index_range
 from rocketidx.cli import main
 from rocketidx.cli.build import reader_warning
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.native import readers_of
 from rocketidx.config import BuildConfig
 

@@ -43,8 +43,8 @@ OTHER_TOOLS: dict[str, set[str]] = {
     # Kafka's index check, named as verify's counterpart.
     "kafka-dump-log": {"--index-sanity-check"},
     # `make bench` and `make faults` scripts, whose options docs/benchmarks.md names.
-    "bench/bench.py": {"--no-spark"},
-    "bench/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
+    "bench/speed/bench.py": {"--no-spark"},
+    "bench/campaigns/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
                         "--executor-kills", "--index-loss-cases"},
     # Remote stores: Hadoop's classpath for libhdfs, and the local S3 server of the runnable example.
     "hadoop": {"--glob"}, "moto_server": set(),

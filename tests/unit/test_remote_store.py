@@ -1,4 +1,4 @@
-"""Remote stores end to end, in process, against the test S3 server (tests/s3server.py): every golden case
+"""Remote stores end to end, in process, against the test S3 server (tests/support/s3server.py): every golden case
 built from an ``s3://`` CommitLog into an ``s3://`` output is byte-identical, and query, verify and stats of
 that output (and ``query --store --show`` of a remote store) give the local answers. A remote query reads
 a few ranges, not files; ``file://`` names the local disk everywhere. The Spark build to S3 is in

@@ -1,4 +1,4 @@
-"""``make dist``'s failure paths (rocketidx/spark/ship.py): each is one typed line naming what failed, and none
+"""``make dist``'s failure paths (rocketidx/packaging/ship.py): each is one typed line naming what failed, and none
 leaves an archive in ``dist/``. The archive itself is built and used by the cluster tests
 (tests/spark/test_cluster.py)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import rocketidx.spark.ship as ship
+import rocketidx.packaging.ship as ship
 from rocketidx.errors import RocketIdxError
 
 

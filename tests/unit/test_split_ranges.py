@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from refdata import GOLDEN
 from scenarios import (BASIC, IPV6_BORN, IPV6_STORE, MAGIC_V2, SCENARIOS, Expect, Rec, Scenario, Seg,
                        lay_segment, props)
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.native import native_available
 from rocketidx.commitlog.readers import RangeReader
 from rocketidx.commitlog.segments import Segment, SegmentRange, list_segments

@@ -91,7 +91,7 @@ def test_the_rule_is_off_outside_a_command():
 def two_stores(tmp_path_factory):
     """The same generated log indexed as a 5.3 broker and as a 5.5 broker would: (store53, store55)."""
     from rocketidx.build.local import build_index
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.config import BuildConfig
     root = tmp_path_factory.mktemp("rules")
     stores = []

@@ -19,7 +19,7 @@ from splitread import core_read, same_build
 from rocketidx.build.local import build_index
 from rocketidx.build.local import build_index_range
 from rocketidx.cli import main
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.records import scan_records
 from rocketidx.commitlog.segments import list_segments, open_segment
 from rocketidx.commitlog.timeindex import DIR_NAME, BlockCollector, load, plan_slice, scan_segments

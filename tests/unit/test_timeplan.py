@@ -19,7 +19,7 @@ from rocketidx.build.finish import validate
 from rocketidx.build.local import build_index
 from rocketidx.build.plan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
 from rocketidx.build.results import ranges_of
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.records import scan_records
 from rocketidx.commitlog.segments import list_segments, open_segment
 from rocketidx.commitlog.splits import SplitSpec, resolve_stops

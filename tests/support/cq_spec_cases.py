@@ -9,9 +9,9 @@ writes the same bytes. The expected ConsumeQueues, manifest and lookup answers c
 code through the oracle of ``../shared/oracle`` (``ConsumeQueueBuild``, ``ConsumeQueueRead``) and the
 helper driver ``tests/reference/cq-spec/oracle/CqSpecScan.java`` (prints what ``CommitLogScan`` reads).
 
-    python3 tests/cq_spec_cases.py --commitlogs-only     # CommitLogs and case.json only (no Java)
-    python3 tests/cq_spec_cases.py --check               # regenerate CommitLogs + case.json, compare
-    python3 tests/cq_spec_cases.py --cp /tmp/oracle-build/cp.txt [CASE ...]   # everything, with the oracle
+    python3 tests/support/cq_spec_cases.py --commitlogs-only     # CommitLogs and case.json only (no Java)
+    python3 tests/support/cq_spec_cases.py --check               # regenerate CommitLogs + case.json, compare
+    python3 tests/support/cq_spec_cases.py --cp /tmp/oracle-build/cp.txt [CASE ...]   # everything, with the oracle
 
 The committed data never needs Java. Only the oracle's output is committed as expected data. Beside it, a
 small model written here (not rocketidx's builder) predicts every record's tagsCode, every queue file and
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 import rocketidx.layout as L  # noqa: E402  (read-only: record layout and magic codes)
 
@@ -895,7 +895,7 @@ def write_case(case: Case, out: Path, oracle: Oracle | None, allow_diff: bool) -
             "messageDelayLevelIsDefault": case.delay is None,
             "records": len(case.recs),
             "seed": SEED,
-            "generator": "tests/cq_spec_cases.py",
+            "generator": "tests/cq_spec_cases.py",  # as the reference data recorded it (the file is in tests/support/ now)
             "rocketmqCommit": ROCKETMQ_COMMIT,
             "notes": case.notes,
         }

@@ -22,7 +22,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTION = "On a cluster: ship the environment"
 
 
@@ -128,7 +128,7 @@ def _sources_digest() -> str:
 def dist_archive() -> tuple[Path, float | None]:
     """``dist/rocketidx-env.tar.gz``, built by ``make dist``'s code unless the one there was built from these
     sources; (archive, seconds the build took, None when it was reused)."""
-    from rocketidx.spark.ship import ENV_ARCHIVE, build_dist
+    from rocketidx.packaging.ship import ENV_ARCHIVE, build_dist
     dist = ROOT / "dist"
     stamp = dist / ".sources-digest"
     digest = _sources_digest()

@@ -1,5 +1,5 @@
 """The job on a Spark standalone cluster (issue 24): the 4.1 GB ``store-6m`` (bench_engine.py generates it) built by
-``jobs/nightly_rebuild.py`` on a master and two one-core workers (tests/standalone.py), twice:
+``jobs/nightly_rebuild.py`` on a master and two one-core workers (tests/support/standalone.py), twice:
 
 * ``archive``: docs/spark.md's cluster block as written, with ``make dist``'s ``rocketidx-env.tar.gz``: the
   executors run the compiled kernel;
@@ -11,7 +11,7 @@ run: the submission's wall time (the whole block, unpacking included), the job's
 the executors' summed task time (the ``Executor Run Time`` of every task, from Spark's event log). Target: the
 summed task time at least 3x lower with the archive; the zip run's summary carries the numpy warning. Every
 output is checked byte-identical to the other run's. Results: stdout and ``bench-data/results-cluster.json``.
-Usage: ``python bench/bench_cluster.py [--store store-6m]``.
+Usage: ``python bench/speed/bench_cluster.py [--store store-6m]``.
 """
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "bench" / "speed"), str(ROOT / "tests" / "support")]
 
 JOB_ARGS = ["--window", "1h", "--timezone", "UTC"]
 

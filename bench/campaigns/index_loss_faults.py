@@ -61,13 +61,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.cli import main as rocketidx_main  # noqa: E402
 from rocketidx.commitlog.entries import extract_entry_keys  # noqa: E402
-from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.commitlog.readers import CommitLogReader  # noqa: E402
 from rocketidx.commitlog.segments import list_segments  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402

@@ -10,7 +10,7 @@ so an interrupted run is seen for what it left. After every run it checks:
 - no staged version directory is left in OUT, no process that carried the run's marker is alive, and the
   run's temporary directory (TMPDIR and SPARK_LOCAL_DIRS) is empty.
 
-    .venv/bin/python bench/interrupts.py [--runs 20] [--messages 1500000] [--seed 1]
+    .venv/bin/python bench/campaigns/interrupts.py [--runs 20] [--messages 1500000] [--seed 1]
 
 Exit 0 when every run passed. The store is generated once under bench-data/interrupts/.
 """
@@ -28,7 +28,7 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RIDX = [sys.executable, "-m", "rocketidx"]
 
 

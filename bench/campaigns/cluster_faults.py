@@ -1,7 +1,7 @@
 """``make faults``' ``executors`` part (issue 24): an executor lost in the middle of a job on a real cluster.
 
-A Spark standalone cluster on 127.0.0.1 (tests/standalone.py: a master and two one-core workers), the S3 test
-server (tests/s3server.py) holding a generated store's CommitLog, and docs/spark.md's recipe submitting the
+A Spark standalone cluster on 127.0.0.1 (tests/support/standalone.py: a master and two one-core workers), the S3 test
+server (tests/support/s3server.py) holding a generated store's CommitLog, and docs/spark.md's recipe submitting the
 nightly job with ``make dist``'s archive, from ``s3://`` into ``s3://``, ``--targets index,consumequeue``. One
 uninterrupted run is the reference. Then ``--executor-kills`` runs, each into a fresh output, each with one of
 the job's two executor JVMs killed with -9 after a random delay counted from the moment both executors are up:
@@ -27,8 +27,8 @@ import traceback
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests")]
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tests" / "support")]
 
 JOB_ARGS = ["--targets", "index,consumequeue", "--window", "1h", "--timezone", "UTC", "--hash-slots", "10007",
             "--index-num", "40000", "--split-bytes", "4m", "--json"]
@@ -117,7 +117,7 @@ def run_executor_kills(kills: int, messages: int, seed: int, work: Path) -> tupl
     from s3server import S3Server, configure_environment
     from standalone import Cluster, dist_archive, event_log_conf, start_recipe
 
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     rng = random.Random(seed)
     counts, failures = Counter(), []
     store = work / "store"

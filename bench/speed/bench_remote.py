@@ -1,6 +1,6 @@
 """Remote stores: what a query, stats and verify of an ``s3://`` output cost, measured at the server.
 
-Starts the test S3 server (moto, tests/s3server.py) in this process, copies a generated CommitLog to it,
+Starts the test S3 server (moto, tests/support/s3server.py) in this process, copies a generated CommitLog to it,
 builds its index in process at the broker's default sizes (5,000,000 slots, 20,000,000 items: 420 MB a
 file, one file a day) into an ``s3://`` output, then runs each command as its own process and reports
 the bytes the server sent (GET bodies) and the process's peak RSS:
@@ -10,7 +10,7 @@ the bytes the server sent (GET bodies) and the process's peak RSS:
   512 MB each).
 
 Results go to stdout and ``bench-data/results-remote.json``.
-Usage: ``python bench/bench_remote.py [--messages N]``.
+Usage: ``python bench/speed/bench_remote.py [--messages N]``.
 """
 from __future__ import annotations
 
@@ -21,9 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 
 # The command runs in a fresh interpreter that reports its own VmHWM (peak RSS) at exit: the rusage of a
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from s3server import S3Server, configure_environment
 
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     server = S3Server(configure_environment())
     store = DATA / f"remote-store-{a.messages}"
     if not (store / "commitlog").is_dir():

@@ -12,7 +12,7 @@ messages of about 700 bytes (540-byte bodies), each with a UNIQ_KEY and 1-2 KEYS
 Yardstick (the brief): Apache RocketMQ's own single-threaded parse + putKey handles this shape at
 about 650 MB/s, 0.92 M messages/s, 2.3 M entries/s on this machine. Targets per core: parse + build at
 least that; writer alone >= 5 M entries/s; peak RSS < 1 GiB. Results go to stdout and
-``bench-data/results-core.json``. Usage: ``python bench/bench.py [--messages N] [--only parse,write,build]``.
+``bench-data/results-core.json``. Usage: ``python bench/speed/bench.py [--messages N] [--only parse,write,build]``.
 """
 from __future__ import annotations
 
@@ -26,18 +26,18 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 YARDSTICK = {"MB/s": 650, "messages/s": 0.92e6, "entries/s": 2.3e6}
 
 
 def ensure_store(messages: int) -> Path:
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     store = DATA / ("store-1g" if messages == 2_500_000 else f"store-{messages}")
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, keys_per_message=2,
                     span_ms=24 * 3_600_000, seed=7)
     marker = store / "generator.json"
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import same_store
     if same_store(marker, cfg):
         return store
     print(f"generating {messages:,} messages into {store} (once) ...", flush=True)
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_spark:
         later.append(["bench_cluster.py"])  # store-6m on a standalone cluster, with the archive and with the zip
     for script, *args in later:
-        subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], check=False)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "speed" / script), *args], check=False)
     return 0
 
 

@@ -120,7 +120,7 @@ def build_dist(dest: str | os.PathLike = ROOT / "dist", log=print) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rocketidx.spark.ship", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m rocketidx.packaging.ship", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "dist"), help="where the wheel, the archive and the zip go")
     a = ap.parse_args(argv)
     try:

@@ -10,7 +10,7 @@ from pathlib import Path
 from rocketidx.output.broker import write_checkpoint_index_ts
 from rocketidx.build.local import build_index
 from rocketidx.commitlog.entries import extract_entry_keys
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig

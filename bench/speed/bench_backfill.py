@@ -1,6 +1,6 @@
 """Backfill benchmark: a crashed broker's store rebuilt by ``rocketidx backfill`` versus a full rebuild.
 
-The store: ``bench-data/store-1g`` (2.5 million messages, 1.79 GB of CommitLog; ``bench/bench.py``
+The store: ``bench-data/store-1g`` (2.5 million messages, 1.79 GB of CommitLog; ``bench/speed/bench.py``
 generates it). Its index is laid out as a broker writes it (one sequence of files, no windows,
 ``--hash-slots``/``--index-num``, default 500,000 / 1,000,000: seven files), then the broker "crashes"
 after file ``--keep`` filled: the checkpoint holds that file's end time, ``abort`` exists, and the
@@ -14,7 +14,7 @@ newest file is already gone. Measured, each in a fresh process:
 Every backfilled index is checked to answer like the full rebuild (its files for the rebuilt range
 byte-identical). Results go to stdout and ``bench-data/results-backfill.json``.
 
-Usage: ``python bench/bench_backfill.py [--hash-slots N] [--index-num N] [--keep K] [--no-spark]``.
+Usage: ``python bench/speed/bench_backfill.py [--hash-slots N] [--index-num N] [--keep K] [--no-spark]``.
 """
 from __future__ import annotations
 
@@ -29,10 +29,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "speed"))
 
 
 def _config(slots: int, items: int):

@@ -14,7 +14,7 @@ each in process and on ``local[2]`` (``--engines``).
 
 Target: the repair at most 1.2x the build. Every repair is checked to leave ``consumequeue/`` byte-identical
 to the build's. Results: stdout and ``bench-data/results-repair.json``. Usage:
-``python bench/bench_repair.py [--repeat 3] [--engines in-process,local[2]]``.
+``python bench/speed/bench_repair.py [--repeat 3] [--engines in-process,local[2]]``.
 """
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "bench" / "speed"))
 CLI = [sys.executable, "-m", "rocketidx"]
 
 

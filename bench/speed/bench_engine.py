@@ -14,7 +14,7 @@ child subreaper and reaps them), less what a bare local session costs to start, 
 Python job, and stop (measured here the same way).
 
 Results go to stdout and ``bench-data/results-engine.json``. Usage:
-``python bench/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo,cq,cqspark]``.
+``python bench/speed/bench_engine.py [--repeat 3] [--only e2e,warm,cpu,scale,slice,demo,cq,cqspark]``.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 PY = sys.executable
 CLI = [PY, "-m", "rocketidx"]
@@ -49,11 +49,11 @@ STORES = {
 
 
 def ensure_store(name: str) -> Path:
-    from rocketidx.commitlog.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import GenConfig, generate_store
     store = DATA / name
     cfg = GenConfig(**STORES[name])
     marker = store / "generator.json"
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import same_store
     if same_store(marker, cfg):
         return store
     print(f"generating {name} (once) ...", flush=True)

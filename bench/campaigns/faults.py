@@ -32,26 +32,26 @@ Nine parts, each printing counts per outcome and keeping a reproducer for every 
   and writer partitions): exit code, entries, messages, stop, file bytes and rocketidx's warning lines
   must be the same. Counts the logs where a broker rule left entries out.
 
-* ``queues``: ``--queue-cases`` damaged ConsumeQueues (default 2,000; bench/cq_faults.py): flipped bytes in
+* ``queues``: ``--queue-cases`` damaged ConsumeQueues (default 2,000; bench/campaigns/cq_faults.py): flipped bytes in
   each field, zeroed entries, truncated, extended, deleted and junk files, dirty tails, swapped, deleted and
   unexplained queues, over the reference cases' queues and a generated store's, through ``verify
   --consumequeue`` with the CommitLog (every damage must be reported) and from the files alone (catches
   counted per kind); the clean bases must verify clean; every 25th case also on Spark, the same report.
 
-* ``stores``: ``--store-cases`` damaged broker stores (default 20,000; bench/store_faults.py), the
+* ``stores``: ``--store-cases`` damaged broker stores (default 20,000; bench/campaigns/store_faults.py), the
   ``queues`` kinds plus ``consumequeue/`` deleted, a crash across two segments and entries copied from another
   broker, through ``verify --store`` and ``backfill --targets index,consumequeue``: a refusal in one line
   that changes nothing, or a repair that changes something exactly when verify reported the queues and leaves
   them the clean base's byte for byte; then ``--repair-kills`` real repairs killed with -9 at random
   moments, each rerun ending where an uninterrupted repair does.
 
-* ``executors``: ``--executor-kills`` nightly jobs (default 8; bench/cluster_faults.py) on a Spark standalone
+* ``executors``: ``--executor-kills`` nightly jobs (default 8; bench/campaigns/cluster_faults.py) on a Spark standalone
   cluster of two one-core workers, submitted with ``make dist``'s archive as docs/spark.md says, from ``s3://``
   into ``s3://`` (the S3 test server), each with one executor JVM killed with -9 at a random moment: every job
   must finish with its output byte-identical to an uninterrupted run's and nothing else under it.
 
 * ``indexloss``: ``--index-loss-cases`` broker stores that lost IndexFiles (default 2,000;
-  bench/index_loss_faults.py): the newest k files deleted (k from 1 to all) or one from the middle, the
+  bench/campaigns/index_loss_faults.py): the newest k files deleted (k from 1 to all) or one from the middle, the
   queues intact, cut at a CommitLog offset or deleted, a checkpoint of random store times, with and without
   ``abort``. The campaign's own restart model (RocketMQ 5.x's recovery, written there) says which entries a
   restart would not restore; ``verify --store --json`` must report exactly those (and the restored count, the
@@ -80,7 +80,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 sys.path.insert(0, str(ROOT))
 
@@ -89,7 +89,7 @@ from rocketidx.backfill.store import interrupted, run_backfill  # noqa: E402
 from rocketidx.build.local import build_index  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
-from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.index.lookup import query_offsets  # noqa: E402
 from rocketidx.query.lookup import open_index  # noqa: E402
 from rocketidx.commitlog.segments import list_segments  # noqa: E402
@@ -669,7 +669,7 @@ def _backfill_kills(root: Path, store: Path, kills: int, rng: random.Random) -> 
         code = _kill_group_after(bf, delay)
         step = "after the kill"
         try:
-            backups = sorted((broker / "index.backup").glob("*")) if (broker / "index.backup").exists() else []
+            backups = sorted((broker / "index.backup").glob("*/index")) if (broker / "index.backup").exists() else []
             phase = ("the end" if code != -9 else "the install (rolled back by the rerun)" if interrupted(broker)
                      else "after the install" if backups else "before the install")
             for name, data in before.items():

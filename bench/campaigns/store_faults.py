@@ -39,16 +39,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "bench"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+sys.path.insert(0, str(ROOT / "bench" / "campaigns"))
 
 from cq_faults import KINDS as QUEUE_KINDS, _log_end, damage  # noqa: E402
 from store_scenarios import scenario  # noqa: E402
 
 from rocketidx.backfill.repair import repair_store  # noqa: E402
 from rocketidx.build.local import build_index  # noqa: E402
-from rocketidx.commitlog.generate import GenConfig, generate_store  # noqa: E402
+from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
 from rocketidx.output.broker import read_checkpoint  # noqa: E402

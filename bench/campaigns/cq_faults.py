@@ -21,12 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from rocketidx.build.local import build_index
-from rocketidx.commitlog.generate import GenConfig, generate_store
+from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
 from rocketidx.verify.queues import verify_consumequeues
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "reference" / "golden"
 UNIT = 20
 KINDS = ("flip-phy", "flip-size", "flip-tags", "zero-entry", "truncate", "extend", "delete-oldest", "delete-middle",

@@ -12,7 +12,7 @@ the Spark bench generates it) when present, else ``bench-data/store-<N>`` genera
 * stats + CommitLog: the same with the CommitLog (topics, key strings, true collisions)
 
 The issue's bar: stats within 2x the build time. Results go to stdout and ``bench-data/results-stats.json``.
-Usage: ``python bench/bench_stats.py [--store DIR] [--messages N] [--no-spark-build] [--master local[*]]``.
+Usage: ``python bench/speed/bench_stats.py [--store DIR] [--messages N] [--no-spark-build] [--master local[*]]``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench.warm_page_cache
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "bench-data"
 
 _STATS = r"""
@@ -63,8 +63,8 @@ def ensure_store(store: Path | None, messages: int) -> Path:
         return store
     if (DATA / "store-4g" / "generator.json").exists():
         return DATA / "store-4g"
-    from rocketidx.commitlog.generate import GenConfig, generate_store
-    from rocketidx.commitlog.generate import same_store
+    from rocketidx.sample.generate import GenConfig, generate_store
+    from rocketidx.sample.generate import same_store
     store = DATA / f"store-{messages}"
     cfg = GenConfig(messages=messages, segment_bytes=1 << 30, body_bytes=540, span_ms=24 * 3_600_000, seed=1)
     if not same_store(store / "generator.json", cfg):

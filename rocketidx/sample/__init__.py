@@ -1,0 +1,2 @@
+"""The sample store: CommitLogs written the way a broker writes them, for ``rocketidx gen``, ``demo`` and the tests
+(not part of any build, query or repair)."""
