@@ -606,6 +606,8 @@ def verify_request(*, index: str | None = None, consumequeue: str | None = None,
 
 # --- lookups ---------------------------------------------------------------------------------------------------
 
+MAX_MSGS_NUM_BATCH = L.DEFAULT_MAX_MSGS_NUM_BATCH  # maxMsgsNumBatch: the most offsets a broker's query answers
+
 @dataclass(frozen=True)
 class QueryRequest:
     """What ``query`` needs, resolved (:func:`query_request`). Keys: the index (``--index``, or a store's

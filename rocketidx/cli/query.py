@@ -8,7 +8,7 @@ import sys
 
 from rocketidx.cli.common import add_broker_conf, add_broker_version
 from rocketidx.errors import RocketIdxError
-import rocketidx.layout as L
+from rocketidx.config import MAX_MSGS_NUM_BATCH
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
 
 
@@ -49,7 +49,7 @@ def cmd_query(a) -> int:
     for answer in query(request):
         q = answer.lookup
         if a.show:
-            print_messages(q, answer.messages, as_json=a.json)
+            print_messages({**q, "key": answer.key}, answer.messages, as_json=a.json)
         else:
             what = {"key": q["key"]} if q.get("tag") is None else {"tag": q["tag"]}
             print(json.dumps({"topic": q["topic"], **what, "begin": q["begin"], "end": q["end"],
@@ -103,7 +103,7 @@ def print_messages(q: dict, table, *, as_json: bool) -> None:
             r["store_host"] = _host(r.pop("store_host"), r.pop("store_port"))
             print(json.dumps(r, ensure_ascii=False, default=str))
         return
-    what = q["key"] if "key" in q else f"{L.INDEX_TAG_TYPE}#{q['tag']}"
+    what = q["key"]
     print(f"{q['topic']}#{what}: {len(rows)} message(s)")
     if not rows:
         return
@@ -144,9 +144,9 @@ def add_parser(sub) -> None:
                    help="earliest store time, epoch ms or ISO-8601 (default 0)")
     q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
                    help="latest store time, epoch ms or ISO-8601 (default: no end)")
-    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
-                   help=f"most offsets per key (default {L.DEFAULT_MAX_MSGS_NUM_BATCH}; larger values are capped at "
-                        f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
+    q.add_argument("--max", type=int, default=MAX_MSGS_NUM_BATCH,
+                   help=f"most offsets per key (default {MAX_MSGS_NUM_BATCH}; larger values are capped at "
+                        f"{MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     add_broker_conf(q)

@@ -227,7 +227,7 @@ def print_stats(summary: dict, tables: dict, out=None, *, buckets: bool = False)
 
 def _print_queues(result, as_json: bool, *, with_times: bool) -> int:
     """``stats --consumequeue``: one row per queue (the store times with ``--commitlog``)."""
-    from rocketidx.stats.queues import QUEUE_COLUMNS
+    from rocketidx.ops.stats import QUEUE_COLUMNS
     summary, rows = result.summary, result.queues
     if as_json:
         print(json.dumps({"summary": summary, "queues": rows}))

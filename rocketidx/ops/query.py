@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from rocketidx.config import QueryRequest
+from rocketidx.config import MAX_MSGS_NUM_BATCH, QueryRequest
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 import rocketidx.layout as L
 import rocketidx.storage as storage
@@ -26,10 +26,11 @@ __all__ = ["QueryRequest", "KeyAnswer", "SlotAnswer", "query", "query_key", "que
 
 @dataclass(frozen=True)
 class KeyAnswer:
-    """One key or tag lookup: as asked (``lookup``), the cap its answer used (``max_num``, at most the
+    """One key or tag lookup: as asked (``lookup``), the index key it looked up, the cap its answer used (``max_num``, at most the
     broker's 64), the offsets, and with ``show``/``exact`` the messages at them (a pyarrow Table)."""
 
     lookup: dict
+    key: str  # what was looked up: the key, or a tag's T#TAGS
     max_num: int
     offsets: list[int]
     messages: object = None
@@ -65,7 +66,7 @@ def _answer(r: QueryRequest, files, q) -> KeyAnswer:
     import pyarrow as pa
 
     from rocketidx.query.lookup import message_has_key, message_has_tag, query_offsets, read_messages_at
-    max_num = min(q["maxNum"], L.DEFAULT_MAX_MSGS_NUM_BATCH)  # the cap the answer used, which it echoes
+    max_num = min(q["maxNum"], MAX_MSGS_NUM_BATCH)  # the cap the answer used, which it echoes
     # A tag entry's key is topic#T#TAGS (5.4.0 on): the lookup of "T#TAGS" as a key finds it, and the
     # exact check is the admin client's for a tag query, TAGS equal as a whole (5.5.0 MQAdminImpl:472).
     tag = q.get("tag")
@@ -81,7 +82,7 @@ def _answer(r: QueryRequest, files, q) -> KeyAnswer:
                 else message_has_tag(m if m["topic"] is not None else None, q["topic"], tag))]
             offsets = [offsets[i] for i in keep]
             table = table.take(pa.array(keep, pa.int64()))
-    return KeyAnswer(dict(q), max_num, offsets, table)
+    return KeyAnswer(dict(q), key, max_num, offsets, table)
 
 
 def _slots(r: QueryRequest) -> Iterator[SlotAnswer]:
@@ -137,7 +138,7 @@ def query_key(index, topic: str, key: str, *, begin: int = 0, end: int = 2**63 -
     ``commitlog``, offsets whose message does not carry the key are dropped (``query --exact``).
     """
     from rocketidx.query.lookup import open_index, query_offsets, query_offsets_exact
-    max_num = L.DEFAULT_MAX_MSGS_NUM_BATCH if max_num is None else max_num
+    max_num = MAX_MSGS_NUM_BATCH if max_num is None else max_num
     files = open_index(index, hash_slot_num, index_num) if isinstance(index, (str, os.PathLike)) else index
     if commitlog is None:
         return query_offsets(files, topic, key, begin, end, max_num)

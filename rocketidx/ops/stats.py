@@ -19,8 +19,9 @@ from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import EngineRequest, StatsRequest, engine_request
 from rocketidx.ops.engine import engine_for
 import rocketidx.storage as storage
+from rocketidx.stats.queues import QUEUE_COLUMNS  # noqa: F401  (the order a queue row's columns are shown in)
 
-__all__ = ["StatsRequest", "StatsResult", "stats", "index_stats"]
+__all__ = ["StatsRequest", "StatsResult", "stats", "index_stats", "QUEUE_COLUMNS"]
 
 # A command's statistics session: no UI, no console progress (its tables are what it prints).
 QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
