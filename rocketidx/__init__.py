@@ -19,7 +19,8 @@ Each name is loaded on first use, so ``import rocketidx`` stays cheap and never 
 Spark engine is imported only when ``index_stats`` picks it. The package's folders follow the data:
 ``commitlog/`` (segments -> records -> entries) -> ``index/`` (windows -> IndexFiles) and ``consumequeue/``
 -> ``output/`` (versioned, atomically committed) -> ``build/``; then ``query/``, ``verify/``, ``stats/``,
-``backfill/``, ``spark/`` and ``cli/`` (docs/internals.md).
+``backfill/``, ``spark/``, ``ops/`` (one entry point per operation, each taking a request) and ``cli/``
+(docs/internals.md).
 """
 from __future__ import annotations
 
@@ -27,15 +28,26 @@ import os
 from importlib import import_module
 
 __all__ = ["build_index", "open_index", "query_key", "verify_index", "index_stats", "open_consumequeues",
-           "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError"]
+           "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError",
+           "BuildRequest", "StatsRequest", "VerifyRequest", "QueryRequest",
+           "TimeIndexRequest"]
 
-# Names defined elsewhere, with the module that defines them; the others are the small wrappers below.
+# Names defined elsewhere, with the module that defines them; the others are the small wrappers below. The
+# operations (rocketidx.ops: one entry point each, taking one of the request types) are these modules' own.
 _LAZY = {
     "build_index": "rocketidx.build.local",
     "open_index": "rocketidx.query.lookup",
     "verify_index": "rocketidx.verify.core",
+    "index_stats": "rocketidx.ops.stats",
+    "query_key": "rocketidx.ops.query",
+    "query_queue": "rocketidx.ops.query",
     "open_consumequeues": "rocketidx.output.open",
     "BuildConfig": "rocketidx.config",
+    "BuildRequest": "rocketidx.config",
+    "StatsRequest": "rocketidx.config",
+    "VerifyRequest": "rocketidx.config",
+    "QueryRequest": "rocketidx.config",
+    "TimeIndexRequest": "rocketidx.config",
     "RocketIdxError": "rocketidx.errors",
 }
 
@@ -50,69 +62,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
-
-
-def index_stats(index_dir: str | os.PathLike, commitlog: str | os.PathLike | None = None, *, spark=None,
-                master: str | None = None, in_process: bool = False, spark_conf: str | os.PathLike | None = None,
-                **options):
-    """Statistics of the index in ``index_dir`` (and of its keys in ``commitlog``), on the engine the
-    command line would pick: ``spark`` (a session) or ``master`` runs on Spark, ``in_process=True`` here,
-    and otherwise the bytes to read against the break-even in ``conf/spark.json``. ``options``: as
-    :func:`rocketidx.stats.local.index_stats_local` takes them. Returns the statistics object of the engine
-    that ran (``.summary()``, ``.to_pandas()``; the same tables either way).
-    """
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.segments import list_segments
-    from rocketidx.config import project_conf
-    from rocketidx.spark.session import load_spark_settings
-    from rocketidx.stats.local import index_bytes, index_stats_local
-
-    if spark is None:
-        settings = load_spark_settings(spark_conf or project_conf("spark.json"), master=master)
-        work = index_bytes(index_dir, options.get("hash_slot_num"), options.get("index_num"))
-        if commitlog is not None:
-            work += data_bytes(list_segments(commitlog))
-        if not choose_engine(work, in_process=in_process, master=master, break_even=settings.break_even).spark:
-            return index_stats_local(index_dir, commitlog, **options)
-        from rocketidx.spark.session import get_session
-        spark = get_session(master=master)
-    from rocketidx.spark.stats import index_stats as on_spark
-    return on_spark(spark, index_dir, commitlog, **options)
-
-
-def query_key(index, topic: str, key: str, *, begin: int = 0, end: int = 2**63 - 1, max_num: int | None = None,
-              commitlog: str | os.PathLike | None = None, hash_slot_num: int | None = None,
-              index_num: int | None = None) -> list[int]:
-    """The CommitLog offsets a broker's ``queryMsgByKey`` finds for ``key`` of ``topic`` (its
-    ``IndexService.queryOffset``): newest first, at most ``max_num`` (by default and at most the broker's
-    ``maxMsgsNumBatch``, 64), stored between ``begin`` and ``end`` (epoch ms).
-
-    ``index``: what :func:`open_index` opens (a build output, its ``index/``, a broker's ``store/index``; a
-    path or a URI) or the list it returned. Keys with equal hashes come back too, as from the broker; with
-    ``commitlog``, offsets whose message does not carry the key are dropped (``query --exact``).
-    """
-    import rocketidx.layout as L
-    from rocketidx.query.lookup import open_index, query_offsets, query_offsets_exact
-    max_num = L.DEFAULT_MAX_MSGS_NUM_BATCH if max_num is None else max_num
-    files = open_index(index, hash_slot_num, index_num) if isinstance(index, (str, os.PathLike)) else index
-    if commitlog is None:
-        return query_offsets(files, topic, key, begin, end, max_num)
-    return query_offsets_exact(files, commitlog, topic, key, begin, end, max_num)
-
-
-def query_queue(queues, topic: str, queue_id: int, queue_offset: int, *,
-                commitlog: str | os.PathLike | None = None) -> tuple[int, int, int] | None:
-    """A restarted broker's ``ConsumeQueue.get(queueOffset)``: the slot's ``(phy_offset, size, tags_code)``,
-    or None where the broker has no entry (below the queue's minimum, past its end, no such queue).
-
-    ``queues``: what :func:`open_consumequeues` returned, or what it opens (a build output with ConsumeQueues,
-    a broker store, or a bare ``consumequeue`` directory with ``commitlog``, whose first offset decides the
-    queues' minimum).
-    """
-    if isinstance(queues, (str, os.PathLike)):
-        from rocketidx.output.open import open_consumequeues
-        queues = open_consumequeues(queues, commitlog)
-    return queues.get(topic, queue_id, queue_offset)
 
 
 def verify_store(store: str | os.PathLike, **options):

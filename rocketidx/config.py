@@ -410,11 +410,11 @@ class EngineRequest:
 
 def engine_request(*, in_process: bool = False, master: str | None = None, spark_flag: bool = False,
                    spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
-                   partitions: int | None = None) -> EngineRequest:
-    """The engine flags; the Spark settings are read unless ``in_process`` says Spark will not run (a Spark
-    flag given with it is the command's usage error, said before this)."""
-    spark = None if in_process else spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions,
-                                                   master=master)
+                   partitions: int | None = None, read_spark_conf: bool = True) -> EngineRequest:
+    """The engine flags, and the Spark settings unless ``read_spark_conf`` is False (the build does not read
+    them for ``--in-process``, where a Spark flag is its usage error; statistics of queues never use them)."""
+    spark = spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions, master=master) \
+        if read_spark_conf else None
     return EngineRequest(in_process, master, spark_flag, spark)
 
 
@@ -520,4 +520,146 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
         time_index_dir(setting, out), setting not in (None, TIME_INDEX_AUTO), overwrite, strict,
         None if broker_conf is None else str(broker_conf), broker_release(broker_version),
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
-                       partitions=partitions))
+                       partitions=partitions, read_spark_conf=not in_process))
+
+
+# --- statistics ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StatsRequest:
+    """What ``stats`` needs, resolved (:func:`stats_request`): the index (or the ConsumeQueues) to describe,
+    the CommitLog for key strings and topics, the sizes (flag, else --broker-conf; None: the files'), the
+    time bucket, how many hot keys and chains, the sizing targets, the CRC check and the engine flags."""
+
+    index: str | None = None
+    consumequeue: str | None = None
+    commitlog: str | None = None
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    bucket_ms: int | None = None
+    top: int = 10
+    target_chain: float = 1.5
+    target_files_per_day: float = 24.0
+    headroom: float = 2.0
+    check_crc: bool = True
+    engine: EngineRequest = EngineRequest()
+
+
+def stats_request(index: str | None = None, *, consumequeue: str | None = None, commitlog: str | None = None,
+                  broker_conf: str | os.PathLike | None = None, hash_slot_num: int | None = None,
+                  index_num: int | None = None, bucket_ms: int | None = None, top: int = 10,
+                  target_chain: float = 1.5, target_files_per_day: float = 24.0, headroom: float = 2.0,
+                  check_crc: bool = True, in_process: bool = False, master: str | None = None,
+                  spark_conf: str | os.PathLike | None = None) -> StatsRequest:
+    """A :class:`StatsRequest` from a command's values (None: not given). Queue statistics run in process:
+    they read no Spark settings."""
+    _, hash_slot_num, index_num = index_sizes(broker_conf, hash_slot_num, index_num)
+    return StatsRequest(index, consumequeue, commitlog, hash_slot_num, index_num, bucket_ms, top, target_chain,
+                        target_files_per_day, headroom, check_crc,
+                        engine_request(in_process=in_process, master=master, spark_conf=spark_conf,
+                                       read_spark_conf=not consumequeue))
+
+
+# --- verification ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    """What ``verify`` needs, resolved (:func:`verify_request`): one of an index, ConsumeQueues or a stopped
+    broker's store to check, the CommitLog to check an index or queues against, the sizes (flag, else
+    --broker-conf; None: the files'), the broker's settings and where they came from, its release, the CRC
+    check and the engine flags (``--spark``: Spark whatever the size)."""
+
+    index: str | None = None
+    consumequeue: str | None = None
+    store: str | None = None
+    commitlog: str | None = None
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    broker: Mapping[str, object] = field(default_factory=dict)
+    broker_conf: str | None = None
+    broker_version: str | None = None
+    check_crc: bool = True
+    engine: EngineRequest = EngineRequest()
+
+    @property
+    def delay_levels(self) -> str | None:
+        """The broker's messageDelayLevel, when its properties file sets it (None: the broker's default)."""
+        return self.broker.get("messageDelayLevel")
+
+
+def verify_request(*, index: str | None = None, consumequeue: str | None = None, store: str | None = None,
+                   commitlog: str | None = None, broker_conf: str | os.PathLike | None = None,
+                   broker_version: str | None = None, hash_slot_num: int | None = None,
+                   index_num: int | None = None, check_crc: bool = True, in_process: bool = False,
+                   spark: bool = False, master: str | None = None, spark_conf: str | os.PathLike | None = None,
+                   split_bytes: int | None = None) -> VerifyRequest:
+    """A :class:`VerifyRequest` from a command's values (None: not given). No Spark settings are read where
+    Spark cannot run: ``--in-process``, and queue files checked without a CommitLog (a Spark flag there is
+    the command's usage error)."""
+    broker, hash_slot_num, index_num = index_sizes(broker_conf, hash_slot_num, index_num)
+    return VerifyRequest(index, consumequeue, store, commitlog, hash_slot_num, index_num, broker,
+                         None if broker_conf is None else str(broker_conf), broker_version, check_crc,
+                         engine_request(in_process=in_process, master=master, spark_flag=spark, spark_conf=spark_conf,
+                                        split_bytes=split_bytes,
+                                        read_spark_conf=not in_process and not (consumequeue and not commitlog)))
+
+
+# --- lookups ---------------------------------------------------------------------------------------------------
+
+MAX_MSGS_NUM_BATCH = L.DEFAULT_MAX_MSGS_NUM_BATCH  # maxMsgsNumBatch: the most offsets a broker's query answers
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """What ``query`` needs, resolved (:func:`query_request`). Keys: the index (``--index``, or a store's
+    ``index/``), the CommitLog for ``show``/``exact`` (``--commitlog``, or the store's), the lookups (each a
+    dict of topic, key or tag, begin, end, maxNum), the sizes (flag, else --broker-conf) and the broker's
+    release (a tag lookup needs 5.4+'s tag entries). Queue slots (``consumequeue``): the queues, the CommitLog
+    beside them if given, and one lookup (``queue_lookup``: topic, queue id, queue offset) or a file of them
+    (``queue_lookups_file``)."""
+
+    index: str | None = None
+    commitlog: str | None = None
+    lookups: tuple[Mapping, ...] = ()
+    show: bool = False
+    exact: bool = False
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    release: BrokerRelease = BrokerRelease(None, "5.x", False)
+    consumequeue: str | None = None
+    queue_lookup: tuple | None = None
+    queue_lookups_file: str | None = None
+
+
+def query_request(*, index: str | None = None, store: str | None = None, commitlog: str | None = None,
+                  lookups=(), show: bool = False, exact: bool = False, broker_conf: str | os.PathLike | None = None,
+                  broker_version: str | None = None, hash_slot_num: int | None = None, index_num: int | None = None,
+                  consumequeue: str | None = None, queue_lookup: tuple | None = None,
+                  queue_lookups_file: str | None = None) -> QueryRequest:
+    """A :class:`QueryRequest` from a command's values (None: not given); ``store`` stands for its ``index/``
+    and ``commitlog/`` where ``index``/``commitlog`` are not given."""
+    _, hash_slot_num, index_num = index_sizes(broker_conf, hash_slot_num, index_num)
+    if not consumequeue:
+        index = index or (storage.join(store, "index") if store else None)
+        commitlog = commitlog or (storage.join(store, "commitlog") if store else None)
+    return QueryRequest(index, commitlog, tuple(lookups), show, exact, hash_slot_num, index_num,
+                        broker_release(broker_version), consumequeue, queue_lookup, queue_lookups_file)
+
+
+# --- the time index -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimeIndexRequest:
+    """What ``timeindex`` needs (:func:`timeindex_request`): the CommitLog, the index directory, the block
+    size (None: the default, or with ``check`` each file's own), the CRC check, and whether to check only."""
+
+    commitlog: str
+    out: str
+    block_bytes: int | None = None
+    check_crc: bool = True
+    check: bool = False
+
+
+def timeindex_request(commitlog: str, out: str, *, block_bytes: int | None = None, check_crc: bool = True,
+                      check: bool = False) -> TimeIndexRequest:
+    """A :class:`TimeIndexRequest` from a command's values (None: not given)."""
+    return TimeIndexRequest(str(commitlog), str(out), block_bytes, check_crc, check)

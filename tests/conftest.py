@@ -1,6 +1,6 @@
 """Shared fixtures of every test directory (the reference cases' paths are in refdata.py): the
 reader-path parameter, the hypothesis profile, one local SparkSession and one S3 server (moto, on
-127.0.0.1: tests/support/s3server.py) for the whole run.
+127.0.0.1: tests/support/s3server.py) for the whole run, and a counter of the builds that ran the one finish.
 
 The session is ``local[2]`` with the UI off and small Arrow batches, Python workers on this interpreter;
 tests that take the ``spark`` fixture carry the ``spark`` marker.
@@ -75,3 +75,24 @@ def spark():
     })
     yield session
     session.stop()
+
+
+@pytest.fixture
+def finish_passes(monkeypatch) -> dict[str, int]:
+    """How many times builds ran the finish's validation (only ``rocketidx.build.finish.finish_build`` calls
+    ``validate``) and committed an output: a build that commits on its own counts a commit without a finish."""
+    import rocketidx.build.finish as finish
+    import rocketidx.output.local as local_output
+    seen = {"finish": 0, "commit": 0}
+    validate, commit = finish.validate, local_output.commit
+
+    def counted_validate(*a, **kw):
+        seen["finish"] += 1
+        return validate(*a, **kw)
+
+    def counted_commit(*a, **kw):
+        seen["commit"] += 1
+        return commit(*a, **kw)
+    monkeypatch.setattr(finish, "validate", counted_validate)
+    monkeypatch.setattr(local_output, "commit", counted_commit)
+    return seen

@@ -130,7 +130,8 @@ def keep_task_time_index(tdir: str | None, segments, results: list[TaskResult], 
 
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: list[TaskResult],
                  resolved: ResolvedStops, config: BuildConfig, segments, summary: BuildSummary, *, filters: dict,
-                 name_after: str | None, t0: float, allow_empty: bool = True, queues: dict | None = None) -> dict:
+                 name_after: str | None, t0: float, allow_empty: bool = True, queues: dict | None = None,
+                 read_from: int | None = None) -> dict:
     """Validate the task results, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
 
     ``queues``: the manifest's ``consumequeues`` (:func:`rocketidx.build.queues.build_queues`), when they
@@ -138,20 +139,22 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
     ``filters``: the read's offset and time bounds (recorded in the manifest when any is set, so an
     unfiltered build's manifest equals the in-process one). ``allow_empty=False``: a range that selected
     no message raises :class:`EmptySelectionError` instead of committing an empty index (the commands'
-    rule; a library caller may want the empty build).
+    rule; a library caller may want the empty build). ``read_from``: where reading began when that is not a
+    filter the manifest records (the one-pass build of a backfill's tail): the bytes read count from there.
     """
+    from_offset = filters.get("from_offset") if filters.get("from_offset") is not None else read_from
     if resolved.stop and resolved.stop["kind"] == "corrupt":
         log.info("reading stopped for good at %s + %d (offset %d): %s; nothing after it is indexed",
                  resolved.stop["segment"], resolved.stop["segment_offset"], resolved.stop["phy_offset"],
                  resolved.stop["reason"])
-    refuse_invalid_log(segments, resolved.stop, filters.get("from_offset"))
+    refuse_invalid_log(segments, resolved.stop, from_offset)
     if not allow_empty:
         refuse_empty_selection(segments, resolved.messages, filters)
     files, windows, skipped = validate(results, resolved, config)
     sources = locate_files(output, staging, results, files, L.index_file_size(config.hash_slot_num, config.index_num))
     # An offset range covers its own bytes, not the whole segments it lies in (a range build said "bytes
     # 12,891,238" for a range of 10,000,000): the summary's and the manifest's bytes_read are those.
-    summary.bytes_read = covered_bytes(resolved.stops, filters.get("from_offset"), filters.get("to_offset"))
+    summary.bytes_read = covered_bytes(resolved.stops, from_offset, filters.get("to_offset"))
     summary.messages = resolved.messages
     summary.messages_indexed = resolved.indexed
     summary.rollback_skipped = resolved.rollback

@@ -25,15 +25,15 @@ import pyarrow as pa
 from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
 from rocketidx.build.queues import build_queues, place_queues
 from rocketidx.build.results import TaskResult, ranges_of
-from rocketidx.build.finish import covered_bytes, finish_build, keep_task_time_index, refuse_invalid_log
-from rocketidx.build.summary import BuildSummary, manifest_header
+from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log
+from rocketidx.build.summary import BuildSummary
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
 from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
 from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
 from rocketidx.commitlog.segments import Segment, list_segments
-from rocketidx.commitlog.splits import SplitSpec, resolve_stops
+from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, resolve_stops
 from rocketidx.commitlog.timeindex import AUTO, DEFAULT_BLOCK_BYTES, BlockCollector
 from rocketidx.commitlog.timeindex import keep as keep_time_index
 from rocketidx.config import BuildConfig, time_index_dir
@@ -87,31 +87,47 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
                 if config.consumequeue else None
             windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress, queues),
                                          os.path.join(staging.path, INDEX_DIR), sizes, max_open=4))
-            # From start_offset on, as the Spark build of the same range counts them (finish.covered_bytes).
-            summary.bytes_read = summary.bytes_scanned = covered_bytes([s.as_dict() for s in reader.stops],
-                                                                       start_offset, None)
-            stop = reader.stop.as_dict() if reader.stop else None
-            refuse_invalid_log(segments, stop, start_offset)
-            files = [f for w in windows for f in w.files]
-            summary.stop = stop
-            summary.reader = reader_name(native)
-            summary.stops = [s.as_dict() for s in reader.stops]
-            summary.below_end_phy_offset_skipped = sum(w.skipped_below_end for w in windows)
-            summary.below_end_first_offset = min((w.first_skipped_at for w in windows
-                                                  if w.first_skipped_at is not None), default=None)
-            summary.entries -= summary.below_end_phy_offset_skipped
-            summary.windows = len({f.window_id for f in files})
-            summary.files = len(files)
-            summary.wall_s = round(time.monotonic() - t0, 3)
-            header = manifest_header(config, segments, summary)
-            if queues is not None:
-                header["consumequeues"] = summary.consumequeue = _queues_manifest(queues, config, segments)
-            manifest = output.commit(staging, files, header, config.tzinfo, name_after=name_after)
+            # Before the queues are closed: a log whose first record is invalid leaves no queue file either.
+            refuse_invalid_log(segments, reader.stop.as_dict() if reader.stop else None, start_offset)
+            queue_manifest = None if queues is None else _queues_manifest(queues, config, segments)
+            # One task whose files are in staging's index/, and one read per segment: the same finish as every
+            # other plan checks, counts and commits them.
+            task = TaskResult(0, INDEX_DIR, windows=windows, ranges=_ranges_read(reader, segments, start_offset, native))
+            manifest = finish_build(output, staging, [task], _resolved(reader, summary, segments), config, segments,
+                                    summary, filters={}, name_after=name_after, t0=t0, queues=queue_manifest,
+                                    read_from=start_offset)
         except BaseException:
             output.discard(staging)
             raise
         keep_time_index(tdir, segments, blocks, summary.stops, config.check_crc)
     return manifest, summary
+
+
+def _ranges_read(reader: CommitLogReader, segments: list[Segment], start_offset: int | None,
+                 native: bool | None) -> list[RangeInfo]:
+    """What the one pass read of each segment, as a task's pieces report it: from its start (or
+    ``start_offset``) to its stop. ``first`` stays None: the one reader followed the record chain itself, so
+    there is no resynchronised piece for :func:`rocketidx.commitlog.splits.resolve_stops` to check."""
+    size = {s.base_offset: s.size for s in segments}
+    return [RangeInfo(i, st.path, st.base_offset, size[st.base_offset], max(0, (start_offset or 0) - st.base_offset),
+                      size[st.base_offset], None, st.segment_offset, st.kind, st.reason, reader=reader_name(native))
+            for i, st in enumerate(reader.stops)]
+
+
+def _resolved(reader: CommitLogReader, summary: BuildSummary, segments: list[Segment]) -> ResolvedStops:
+    """The one pass's read as the stops of a split read resolve (:class:`ResolvedStops`): the counters
+    :func:`_entries` kept in ``summary``, the reader's stops."""
+    stops = tuple(s.as_dict() for s in reader.stops)
+    size = {s.base_offset: s.size for s in segments}
+    misplaced = summary.phy_mismatch
+    path = {s.name: s.path for s in segments}
+    return ResolvedStops(
+        cut=reader.stop.phy_offset if reader.stop and reader.stop.final else None,
+        blanks=tuple((s.phy_offset, s.base_offset + size[s.base_offset]) for s in reader.stops if s.kind == "blank"),
+        included=frozenset(range(len(stops))), stops=stops, stop=reader.stop.as_dict() if reader.stop else None,
+        bytes_read=reader.bytes_read, segments_read=reader.segments_read, messages=summary.messages,
+        rollback=summary.rollback_skipped, indexed=summary.messages_indexed, entries=summary.entries,
+        phy_mismatch=((path[misplaced["segment"]], misplaced["segment_offset"]),) if misplaced else ())
 
 
 def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig, start_offset: int | None,

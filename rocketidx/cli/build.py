@@ -7,7 +7,7 @@ import json
 import sys
 
 from rocketidx.cli.common import BROKER_VERSION_HELP, add_engine_arguments, spark_flag_misused
-import rocketidx.layout as L
+from rocketidx.config import BuildConfig
 from rocketidx.units import count_arg, duration_arg, size_arg, time_arg
 
 
@@ -19,8 +19,8 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help="CommitLog directory, or a store holding commitlog/ (a path or a URI: s3://, hdfs://...)")
     b.add_argument("--out", required=True, help="output directory (a path or a URI); OUT/index, OUT/_manifest.json")
     b.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None,
-                   help=f"default {L.DEFAULT_HASH_SLOT_NUM}")
-    b.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=f"default {L.DEFAULT_INDEX_NUM}")
+                   help=f"default {BuildConfig.hash_slot_num}")
+    b.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=f"default {BuildConfig.index_num}")
     b.add_argument("--window", type=duration_arg("--window"), default=None,
                    help="window length: 1h, 15m, 90s, 250ms, or a bare number of milliseconds "
                         "(default 1h; 0 = one window)")
@@ -49,7 +49,7 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                         "feeds both, as the broker's dispatch does; default index)")
     b.add_argument("--cq-file-size", type=size_arg("--cq-file-size"), default=None,
                    help="ConsumeQueue file size (6000000, 1m...), rounded up to a multiple of 20 as the broker does "
-                        f"(default {L.DEFAULT_CQ_FILE_SIZE}: mappedFileSizeConsumeQueue)")
+                        f"(default {BuildConfig.cq_file_size}: mappedFileSizeConsumeQueue)")
     b.add_argument("--broker-conf", default=None,
                    help="the properties file the broker was started with (mqbroker -c FILE): its messageDelayLevel, "
                         "mappedFileSizeConsumeQueue, maxHashSlotNum and maxIndexNum are used; flags win")

@@ -138,10 +138,16 @@ def spark_progress(spark, label: str, *, enabled: bool = True, stream: TextIO | 
 
 class CommandProgress(Progress):
     """A command's progress (:class:`rocketidx.ops.progress.Progress`): bytes read in process, tasks on
-    Spark (``<label> on Spark``), on one line on a terminal; nothing when not ``enabled`` (``--json``)."""
+    Spark (``<label> on Spark``), on one line on a terminal; nothing when not ``enabled`` (``--json``); the
+    engine chosen, on stdout, with ``say_engine``."""
 
-    def __init__(self, label: str, *, enabled: bool = True) -> None:
-        self.label, self.enabled = label, enabled
+    def __init__(self, label: str, *, enabled: bool = True, say_engine: bool = False) -> None:
+        self.label, self.enabled, self.say_engine = label, enabled, say_engine
+
+    def engine(self, engine) -> None:
+        """``engine: NAME (REASON)`` on stdout before the work, with ``say_engine`` (verify's first line)."""
+        if self.say_engine:
+            print(f"engine: {engine.name} ({engine.reason})")
 
     @contextmanager
     def reading(self, total_bytes: int) -> Iterator[Callable]:

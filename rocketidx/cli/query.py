@@ -1,24 +1,28 @@
-"""``rocketidx query``: keys looked up as the broker's queryMsgByKey does, and the messages shown."""
+"""``rocketidx query``: flags -> a :class:`rocketidx.config.QueryRequest` -> :func:`rocketidx.ops.query.query`
+(keys looked up as the broker's queryMsgByKey does, or queue slots as ConsumeQueue.get) -> one line per
+answer, or the messages shown."""
 from __future__ import annotations
 
 import json
 import sys
 
-from rocketidx.errors import RocketIdxError, StoreLayoutError
-import rocketidx.layout as L
-from rocketidx.cli.common import add_broker_conf, add_broker_version, apply_broker_conf
-import rocketidx.storage as storage
+from rocketidx.cli.common import add_broker_conf, add_broker_version
+from rocketidx.errors import RocketIdxError
+from rocketidx.config import MAX_MSGS_NUM_BATCH
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, time_arg
 
 
 def cmd_query(a) -> int:
-    apply_broker_conf(a)
-    if a.consumequeue:
-        return _query_queues(a)
-    import pyarrow as pa
+    from dataclasses import replace
 
-    from rocketidx.commitlog.entries import tag_entries_on
-    from rocketidx.query.lookup import message_has_key, message_has_tag, open_index, query_offsets, read_messages_at
+    from rocketidx.config import query_request
+    from rocketidx.ops.query import query
+    request = query_request(index=a.index, store=a.store, commitlog=a.commitlog, show=a.show, exact=a.exact,
+                            broker_conf=a.broker_conf, broker_version=a.broker_version, hash_slot_num=a.hash_slots,
+                            index_num=a.index_num, consumequeue=a.consumequeue,
+                            queue_lookup=(a.topic, a.queue_id, a.queue_offset), queue_lookups_file=a.queries)
+    if a.consumequeue:
+        return _query_queues(a, request)
     if not (a.index or a.store):
         print("rocketidx query: give --index DIR or --store STORE", file=sys.stderr)
         return 2
@@ -31,46 +35,25 @@ def cmd_query(a) -> int:
     if clash:
         print(f"rocketidx query: {clash}", file=sys.stderr)
         return 2
-    index = a.index or storage.join(a.store, "index")
-    commitlog = a.commitlog or (storage.join(a.store, "commitlog") if a.store else None)
-    if (a.show or a.exact) and commitlog is None:
+    if (a.show or a.exact) and request.commitlog is None:
         print("rocketidx query: --show/--exact need the CommitLog: --store STORE or --commitlog DIR", file=sys.stderr)
         return 2
     # Every line is checked before the index is opened: a bad line 900 is not found after 899 answers.
-    queries = read_key_queries(a.queries, a) if a.queries else [
+    request = replace(request, lookups=tuple(read_key_queries(a.queries, a) if a.queries else [
         {"topic": a.topic, "key": a.key, "begin": a.begin, "end": a.end, "maxNum": a.max} if a.tag is None else
-        {"topic": a.topic, "tag": a.tag, "begin": a.begin, "end": a.end, "maxNum": a.max}]
-    if any("tag" in q for q in queries) and not tag_entries_on():
+        {"topic": a.topic, "tag": a.tag, "begin": a.begin, "end": a.end, "maxNum": a.max}]))
+    if any("tag" in q for q in request.lookups) and not request.release.tag_entries:
         print("rocketidx query: a tag lookup reads the tag entries a 5.4+ broker's index holds: give "
               "--broker-version (5.4.0 or later)", file=sys.stderr)
         return 2
-    files = open_index(index, a.hash_slots, a.index_num)
-    if not files:
-        raise StoreLayoutError(storage.redact(index), "no IndexFiles found")
-    for q in queries:
-        begin, end = q["begin"], q["end"]
-        max_num = min(q["maxNum"], L.DEFAULT_MAX_MSGS_NUM_BATCH)  # echo the cap the answer used
-        # A tag entry's key is topic#T#TAGS (5.4.0 on): the lookup of "T#TAGS" as a key finds it, and the
-        # exact check is the admin client's for a tag query, TAGS equal as a whole (5.5.0 MQAdminImpl:472).
-        tag = q.get("tag")
-        key = q["key"] if tag is None else f"{L.INDEX_TAG_TYPE}#{tag}"
-        offsets = query_offsets(files, q["topic"], key, begin, end, max_num)
-        table = None
-        if a.show or a.exact:
-            table, _ = read_messages_at(commitlog, offsets)
-            if a.exact:
-                rows = table.to_pylist()
-                keep = [i for i, r in enumerate(rows) if (message_has_key(
-                    r if r["topic"] is not None else None, q["topic"], key) if tag is None
-                    else message_has_tag(r if r["topic"] is not None else None, q["topic"], tag))]
-                offsets = [offsets[i] for i in keep]
-                table = table.take(pa.array(keep, pa.int64()))
+    for answer in query(request):
+        q = answer.lookup
         if a.show:
-            print_messages(q, table, as_json=a.json)
+            print_messages({**q, "key": answer.key}, answer.messages, as_json=a.json)
         else:
-            what = {"key": q["key"]} if tag is None else {"tag": tag}
-            print(json.dumps({"topic": q["topic"], **what, "begin": begin, "end": end, "maxNum": max_num,
-                              "offsets": offsets}, ensure_ascii=False))
+            what = {"key": q["key"]} if q.get("tag") is None else {"tag": q["tag"]}
+            print(json.dumps({"topic": q["topic"], **what, "begin": q["begin"], "end": q["end"],
+                              "maxNum": answer.max_num, "offsets": answer.offsets}, ensure_ascii=False))
     return 0
 
 
@@ -120,7 +103,7 @@ def print_messages(q: dict, table, *, as_json: bool) -> None:
             r["store_host"] = _host(r.pop("store_host"), r.pop("store_port"))
             print(json.dumps(r, ensure_ascii=False, default=str))
         return
-    what = q["key"] if "key" in q else f"{L.INDEX_TAG_TYPE}#{q['tag']}"
+    what = q["key"]
     print(f"{q['topic']}#{what}: {len(rows)} message(s)")
     if not rows:
         return
@@ -161,9 +144,9 @@ def add_parser(sub) -> None:
                    help="earliest store time, epoch ms or ISO-8601 (default 0)")
     q.add_argument("--end", type=time_arg("--end"), default=2**63 - 1,
                    help="latest store time, epoch ms or ISO-8601 (default: no end)")
-    q.add_argument("--max", type=int, default=L.DEFAULT_MAX_MSGS_NUM_BATCH,
-                   help=f"most offsets per key (default {L.DEFAULT_MAX_MSGS_NUM_BATCH}; larger values are capped at "
-                        f"{L.DEFAULT_MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
+    q.add_argument("--max", type=int, default=MAX_MSGS_NUM_BATCH,
+                   help=f"most offsets per key (default {MAX_MSGS_NUM_BATCH}; larger values are capped at "
+                        f"{MAX_MSGS_NUM_BATCH}, as the broker caps them, and the answer's maxNum says so)")
     q.add_argument("--hash-slots", type=count_arg("--hash-slots", 1), default=None, help=HASH_SLOTS_HELP)
     q.add_argument("--index-num", type=count_arg("--index-num", 1), default=None, help=INDEX_NUM_HELP)
     add_broker_conf(q)
@@ -176,9 +159,9 @@ def add_parser(sub) -> None:
                    help="with --consumequeue: the slot (a consume offset) to read (with --topic, --queue-id)")
 
 
-def _query_queues(a) -> int:
+def _query_queues(a, request) -> int:
     """``query --consumequeue``: one JSON line per lookup, in input order, with the broker's answer (or null)."""
-    from rocketidx.output.open import open_consumequeues
+    from rocketidx.ops.query import query
     clash = next((why for bad, why in (
         (a.index or a.store, "--consumequeue looks queues up; --index/--store look keys up: give one"),
         (a.key, "--key looks a key up; with --consumequeue give --queue-id and --queue-offset"),
@@ -189,42 +172,16 @@ def _query_queues(a) -> int:
     if clash:
         print(f"rocketidx query: {clash}", file=sys.stderr)
         return 2
-    queues = open_consumequeues(a.consumequeue, a.commitlog)
-    if a.queries:
-        lookups = []
-        with open(a.queries) as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        q = json.loads(line)
-                        lookups.append((str(q["topic"]), int(q["queueId"]), int(q["queueOffset"])))
-                    except (ValueError, KeyError, TypeError) as e:
-                        raise RocketIdxError(f"{a.queries} line {n}: not a lookup with topic, queueId and "
-                                             f"queueOffset: {e}") from e
-    else:
-        lookups = [(a.topic, a.queue_id, a.queue_offset)]
-    commitlog = a.commitlog or _store_commitlog(a.consumequeue)
-    for topic, qid, offset in lookups:
-        got = queues.get(topic, qid, offset)
-        answer = None if got is None else {"phyOffset": got[0], "size": got[1], "tagsCode": got[2]}
-        if a.show and got is not None:
-            if commitlog is None:
+    for answer in query(request):
+        if a.show and answer.entry is not None:
+            if answer.commitlog is None:
                 print("rocketidx query: --show needs the CommitLog: --commitlog DIR", file=sys.stderr)
                 return 2
-            from rocketidx.query.lookup import read_messages_at
-            table, _ = read_messages_at(commitlog, [got[0]])
-            print_messages({"topic": topic, "key": f"queue {qid} offset {offset}"}, table, as_json=a.json)
+            print_messages({"topic": answer.topic, "key": f"queue {answer.queue_id} offset {answer.queue_offset}"},
+                           answer.messages, as_json=a.json)
             continue
-        print(json.dumps({"topic": topic, "queueId": qid, "queueOffset": offset, "answer": answer},
-                         ensure_ascii=False))
+        got = answer.entry
+        print(json.dumps({"topic": answer.topic, "queueId": answer.queue_id, "queueOffset": answer.queue_offset,
+                          "answer": None if got is None else {"phyOffset": got[0], "size": got[1],
+                                                              "tagsCode": got[2]}}, ensure_ascii=False))
     return 0
-
-
-def _store_commitlog(path: str) -> str | None:
-    """The CommitLog beside a broker store's consumequeue, or the one a build output was built from."""
-    import os
-    from rocketidx.output.target import open_manifest
-    if os.path.isdir(os.path.join(path, "commitlog")):
-        return os.path.join(path, "commitlog")
-    m = open_manifest(path) if os.path.isdir(path) else None
-    return m.header.get("commitlog") if m is not None else None

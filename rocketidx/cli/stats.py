@@ -7,8 +7,8 @@ topics and true collisions with the CommitLog, sizing advice) or, with ``--json`
 could not be (a typed error, one line on stderr naming the file).
 
 The statistics are computed in this process (:mod:`rocketidx.stats.local`) or on Spark
-(:mod:`rocketidx.spark.stats`), the same tables either way, chosen by :func:`rocketidx.build.engine.choose_engine`
-on the bytes to read (the index files' allocated blocks, plus the CommitLog's with ``--commitlog``);
+(:mod:`rocketidx.spark.stats`), the same tables either way, by :func:`rocketidx.ops.stats.stats`, which
+chooses the engine (:func:`rocketidx.ops.engine.engine_for`) on the bytes to read (the index files' allocated blocks, plus the CommitLog's with ``--commitlog``);
 ``--in-process`` or ``--master`` decide, and spark-submit always means Spark. A Spark session starts
 without its UI or progress bars so stdout stays clean.
 Wiring (in ``rocketidx/cli.py``): ``stats_cli.add_parser(sub)`` in ``_parser()`` and
@@ -23,9 +23,6 @@ import sys
 
 from rocketidx.errors import RocketIdxError
 from rocketidx.units import count_arg, duration_arg, format_duration, format_utc
-
-QUIET_SPARK = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
-
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("stats", help="index health and sizing statistics (in process or on Spark)",
@@ -59,78 +56,43 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_stats(a) -> int:
-    from rocketidx.cli.common import apply_broker_conf
-    apply_broker_conf(a)
-    if bool(a.index) == bool(a.consumequeue):
-        print("rocketidx stats: give --index DIR or --consumequeue DIR", file=sys.stderr)
-        return 2
+    from rocketidx.config import stats_request
+    from rocketidx.ops.stats import stats
     try:
-        return _queues(a) if a.consumequeue else _run(a)
+        request = stats_request(a.index, consumequeue=a.consumequeue, commitlog=a.commitlog,
+                                broker_conf=a.broker_conf, hash_slot_num=a.hash_slots, index_num=a.index_num,
+                                bucket_ms=a.bucket, top=a.top, target_chain=a.target_chain,
+                                target_files_per_day=a.target_files_per_day, headroom=a.headroom,
+                                check_crc=not a.no_crc, in_process=a.in_process, master=a.master,
+                                spark_conf=a.spark_conf)
+        if bool(a.index) == bool(a.consumequeue):
+            print("rocketidx stats: give --index DIR or --consumequeue DIR", file=sys.stderr)
+            return 2
+        result = stats(request)
     except RocketIdxError as e:
         print(f"rocketidx stats: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-
-
-def _run(a) -> int:
-    from rocketidx.stats.sizing import SizingTargets
-    from rocketidx.stats.core import file_refs
-    # Everything that can be checked without Spark is checked first: a JVM takes seconds to start.
-    targets = SizingTargets(a.target_chain, a.target_files_per_day, a.headroom)
-    refs, manifest = file_refs(a.index, a.hash_slots, a.index_num)
-    if not refs and manifest is not None:
-        return _empty_build(a, manifest)
-    if a.commitlog:  # another log's topics and keys would make every CommitLog table wrong: refuse
-        from rocketidx.query.logmatch import require_index_of_log
-        require_index_of_log(a.index, a.commitlog, a.hash_slots, a.index_num, check_crc=not a.no_crc)
-    engine = stats_engine(a)
-    kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, bucket_ms=a.bucket, top=a.top, targets=targets,
-              check_crc=not a.no_crc, check_log=False)
-    if engine.spark:
-        from rocketidx.spark.session import get_session
-        from rocketidx.spark.stats import index_stats
-        spark = get_session(master=a.master, conf=QUIET_SPARK, log_level="ERROR")
-        stats = index_stats(spark, a.index, a.commitlog, **kw)
-    else:
-        from rocketidx.stats.local import index_stats_local
-        stats = index_stats_local(a.index, a.commitlog, **kw)
-    tables = stats.to_pandas()
-    summary = stats.summary()
-    stats.unpersist()
+    if result.queues is not None:
+        return _print_queues(result, a.json, with_times=bool(a.commitlog))
+    if result.empty_build:
+        return _print_empty_build(result.summary, a.json)
     if a.json:
-        print(json.dumps({"summary": summary, **{k: _records(v) for k, v in tables.items()},
-                          "engine": engine.as_dict()}, default=_plain))
+        print(json.dumps({"summary": result.summary, **{k: _records(v) for k, v in result.tables.items()},
+                          "engine": result.engine.as_dict()}, default=_plain))
     else:
-        print_stats(summary, tables, buckets=a.bucket is not None)
-        print(f"\nengine: {engine.name} ({engine.reason})")
+        print_stats(result.summary, result.tables, buckets=a.bucket is not None)
+        print(f"\nengine: {result.engine.name} ({result.engine.reason})")
     return 0
 
 
-def _empty_build(a, manifest) -> int:
-    """A build output that committed no IndexFile (its log held no indexable message, e.g. a zero first
-    TOTALSIZE): an index with nothing in it, as ``verify`` and ``query`` see it, not an error."""
-    import rocketidx.storage as storage
-    summary = {"index": storage.redact(a.index), "files": 0, "entries": 0, "messages": manifest.header.get("messages"),
-               "hash_slot_num": manifest.hash_slot_num, "index_num": manifest.index_num}
-    if a.json:
+def _print_empty_build(summary: dict, as_json: bool) -> int:
+    """A build output that committed no IndexFile: an index with nothing in it, not an error."""
+    if as_json:
         print(json.dumps({"summary": summary, "engine": None}))
     else:
         print(f"index: {summary['index']}: an empty build output (0 IndexFiles, 0 entries; "
               f"{summary['messages'] or 0:,} messages read)")
     return 0
-
-
-def stats_engine(a):
-    """In process or on Spark, by the rule every command shares (:mod:`rocketidx.build.engine`)."""
-    from rocketidx.config import project_conf
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.segments import list_segments
-    from rocketidx.spark.session import load_spark_settings
-    from rocketidx.stats.local import index_bytes
-    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), master=a.master)
-    work = index_bytes(a.index, a.hash_slots, a.index_num)
-    if a.commitlog:
-        work += data_bytes(list_segments(a.commitlog))
-    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=settings.break_even)
 
 
 def _plain(value):
@@ -263,19 +225,18 @@ def print_stats(summary: dict, tables: dict, out=None, *, buckets: bool = False)
         p(format_table(rows, columns) if rows else "  (none)")
 
 
-def _queues(a) -> int:
-    """``stats --consumequeue``: one row per queue, in this process (a queue's files are small, one at a time)."""
-    from rocketidx.output.open import consumequeue_dir
-    from rocketidx.stats.queues import QUEUE_COLUMNS, queue_stats
-    summary, rows = queue_stats(consumequeue_dir(a.consumequeue), a.commitlog)
-    if a.json:
+def _print_queues(result, as_json: bool, *, with_times: bool) -> int:
+    """``stats --consumequeue``: one row per queue (the store times with ``--commitlog``)."""
+    from rocketidx.ops.stats import QUEUE_COLUMNS
+    summary, rows = result.summary, result.queues
+    if as_json:
         print(json.dumps({"summary": summary, "queues": rows}))
         return 0
     print(f"consumequeue: {summary['consumequeue']}: {summary['topics']} topics, {summary['queues']} queues, "
           f"{summary['files']} files, {summary['entries']:,} entries, {summary['blank_slots']:,} blank slots")
     heads = {"first_store_time_ms": "first stored (UTC)", "last_store_time_ms": "last stored (UTC)"}
     columns = [(c, heads.get(c, c.replace("_", " ")), "s" if c == "topic" else "") for c in QUEUE_COLUMNS
-               if a.commitlog or "time" not in c]
+               if with_times or "time" not in c]
     shown = [{**r, **{k: _utc(r[k]) for k in ("first_store_time_ms", "last_store_time_ms") if r.get(k)}} for r in rows]
     print(format_table(shown, columns))
     return 0

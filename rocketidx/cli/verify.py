@@ -1,88 +1,25 @@
-"""``rocketidx verify``: an index checked in process or on Spark, and its report printed."""
+"""``rocketidx verify``: flags -> a :class:`rocketidx.config.VerifyRequest` -> :func:`rocketidx.ops.verify.verify`
+(an index, ConsumeQueues or a stopped broker's store, in process or on Spark) -> its report printed."""
 from __future__ import annotations
 
 import json
 import os
 import sys
 
-from rocketidx.cli.common import add_broker_conf, add_broker_version, apply_broker_conf, spark_flag_misused, spark_settings
-import rocketidx.storage as storage
+from rocketidx.cli.common import add_broker_conf, add_broker_version, spark_flag_misused
 from rocketidx.units import HASH_SLOTS_HELP, INDEX_NUM_HELP, count_arg, size_arg
 
 
 def cmd_verify(a) -> int:
-    broker = apply_broker_conf(a)
+    from rocketidx.config import verify_request
+    request = verify_request(index=a.index, consumequeue=a.consumequeue, store=a.store, commitlog=a.commitlog,
+                             broker_conf=a.broker_conf, broker_version=a.broker_version, hash_slot_num=a.hash_slots,
+                             index_num=a.index_num, check_crc=not a.no_crc, in_process=a.in_process, spark=a.spark,
+                             master=a.master, spark_conf=a.spark_conf, split_bytes=a.split_bytes)
     if sum(bool(x) for x in (a.index, a.consumequeue, a.store)) != 1:
         print("rocketidx verify: give one of --index DIR, --consumequeue DIR, --store STORE", file=sys.stderr)
         return 2
-    if a.store:
-        return _verify_store(a, broker)
-    if a.consumequeue:
-        return _verify_queues(a, broker)
-    from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
-    from rocketidx.verify.report import VerifyReport
-    pre = VerifyReport()
-    files, manifest = open_for_verify(a.index, a.hash_slots, a.index_num, pre)
-    windows = manifest.window_ms if manifest else None
-    window_ids = manifest.window_ids if manifest else None
-    if pre.counts:  # files that could not be opened are left out of the rest
-        window_ids = None
-    if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
-                                                         ("master", "spark_conf", "split_bytes"))):
-        if a.spark:
-            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
-        return 2
-    rules = BuildRead.of(manifest)
-    engine = _verify_engine(a, files, rules)
-    if not a.json:
-        print(f"engine: {engine.name} ({engine.reason})")
-    if engine.spark:
-        report = _verify_on_spark(a, files, windows, window_ids, rules)
-    else:
-        report = verify_index(files, a.commitlog, window_ms=windows, window_ids=window_ids, check_crc=not a.no_crc,
-                              rules=rules)
-    report.problems[:0] = pre.problems
-    report.counts.update(pre.counts)
-    if a.json:
-        print(json.dumps(report.as_dict()))
-    else:
-        print_verify(report)
-    return 0 if report.clean else 1
-
-
-def _verify_engine(a, files, rules):
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.segments import list_segments
-    work = sum(min(storage.footprint(f.path)) for f in files)
-    if a.commitlog:
-        work += data_bytes(list_segments(a.commitlog))
-    out_of_place = ("the build saw PHYSICALOFFSET fields that are not their records' positions: judged in one "
-                    "in-process pass") if rules.fields_out_of_place and a.commitlog and not a.spark else None
-    return choose_engine(work, in_process=a.in_process, master=a.master, break_even=spark_settings(a).break_even,
-                         spark_only="--spark" if a.spark else None, in_process_only=out_of_place)
-
-
-def _verify_on_spark(a, files, windows, window_ids, rules):
-    from rocketidx.config import project_conf
-    from rocketidx.spark.session import load_spark_settings, spark_session
-    from rocketidx.spark.verify import verify_index_spark
-    settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
-                                   master=a.master)
-    from rocketidx.cli.progress import spark_progress
-    with spark_session(settings) as spark, spark_progress(spark, "verify on Spark", enabled=not a.json):
-        return verify_index_spark(files, a.commitlog, spark=spark, window_ms=windows, window_ids=window_ids,
-                                  check_crc=not a.no_crc, split_bytes=settings.split_bytes, rules=rules)
-
-
-def _verify_store(a, broker: dict) -> int:
-    """``verify --store``: every area of a stopped broker's store against its CommitLog, on the engine the
-    rule picks (the store's CommitLog size; ``--master``, ``--spark``, ``--in-process`` as for the index)."""
-    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
-    import rocketidx.layout as L
-    from rocketidx.verify.store import verify_store
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.segments import list_segments
-    if a.commitlog:
+    if a.store and a.commitlog:
         print("rocketidx verify: --store reads the store's own commitlog/; drop --commitlog", file=sys.stderr)
         return 2
     if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
@@ -90,30 +27,30 @@ def _verify_store(a, broker: dict) -> int:
         if a.spark:
             print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
         return 2
-    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
-    cq_size = broker.get("mappedFileSizeConsumeQueue")
-    kw = dict(hash_slot_num=a.hash_slots, index_num=a.index_num, delays_ms=delays, check_crc=not a.no_crc,
-              cq_file_size=L.cq_file_size(cq_size or L.DEFAULT_CQ_FILE_SIZE), broker=broker,
-              broker_source=f"--broker-conf {a.broker_conf}" if a.broker_conf else None,
-              broker_version=a.broker_version)
-    log = os.path.join(a.store, "commitlog")
-    engine = choose_engine(data_bytes(list_segments(log)) if os.path.isdir(log) else 0, in_process=a.in_process,
-                           master=a.master, break_even=spark_settings(a).break_even,
-                           spark_only="--spark" if a.spark else None)
-    if not a.json:
-        print(f"engine: {engine.name} ({engine.reason})")
-    if engine.spark:
-        from rocketidx.cli.progress import spark_progress
-        from rocketidx.config import project_conf
-        from rocketidx.spark.session import load_spark_settings, spark_session
-        from rocketidx.spark.verify import verify_store_spark
-        settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
-                                       master=a.master)
-        with spark_session(settings) as s, spark_progress(s, "verify on Spark", enabled=not a.json):
-            report = verify_store_spark(a.store, spark=s, split_bytes=settings.split_bytes, **kw)
-    else:
-        report = verify_store(a.store, **kw)
+    if a.consumequeue and not a.commitlog and (a.spark or spark_flag_misused(
+            a, "verify --consumequeue", "a check with --commitlog (the files alone are checked in this process)",
+            ("master", "spark_conf", "split_bytes"))):
+        if a.spark:
+            print("rocketidx verify: --spark needs --commitlog with --consumequeue (the files alone are checked "
+                  "in this process)", file=sys.stderr)
+        return 2
+    from rocketidx.cli.progress import CommandProgress
+    from rocketidx.ops.verify import verify
+    report = verify(request, CommandProgress("verify", enabled=not a.json, say_engine=not a.json)).report
+    if a.store:
+        return _print_store(report, a.json)
+    if a.consumequeue:
+        return _print_queues(report, a.json)
     if a.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print_verify(report)
+    return 0 if report.clean else 1
+
+
+def _print_store(report, as_json: bool) -> int:
+    """``verify --store``: the store's state, what a restart does, and each area's problems."""
+    if as_json:
         print(json.dumps(report.as_dict()))
         return 0 if report.clean else 1
     st = report.state
@@ -197,48 +134,9 @@ def add_parser(sub) -> None:
     v.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None, help="on Spark: CommitLog bytes per task")
 
 
-def _verify_queues(a, broker: dict) -> int:
-    """``verify --consumequeue``: the files alone in this process; with ``--commitlog`` the log's queues are
-    rebuilt on the engine the rule picks (Spark, or this process), the comparison is made here."""
-    from rocketidx.build.engine import choose_engine, data_bytes
-    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms
-    from rocketidx.commitlog.segments import list_segments
-    from rocketidx.output.open import consumequeue_dir
-    from rocketidx.verify.queues import verify_consumequeues
-    if a.in_process and (a.spark or spark_flag_misused(a, "verify", "Spark (drop --in-process)",
-                                                         ("master", "spark_conf", "split_bytes"))):
-        if a.spark:
-            print("rocketidx verify: --spark and --in-process exclude each other", file=sys.stderr)
-        return 2
-    if not a.commitlog and (a.spark or spark_flag_misused(a, "verify --consumequeue", "a check with --commitlog "
-                                                          "(the files alone are checked in this process)",
-                                                          ("master", "spark_conf", "split_bytes"))):
-        if a.spark:
-            print("rocketidx verify: --spark needs --commitlog with --consumequeue (the files alone are checked "
-                  "in this process)", file=sys.stderr)
-        return 2
-    delays = delay_levels_ms(broker["messageDelayLevel"]) if "messageDelayLevel" in broker else DEFAULT_DELAYS_MS
-    directory = consumequeue_dir(a.consumequeue)
-    spark = False
-    if a.commitlog:
-        engine = choose_engine(data_bytes(list_segments(a.commitlog)), in_process=a.in_process, master=a.master,
-                               break_even=spark_settings(a).break_even, spark_only="--spark" if a.spark else None)
-        if not a.json:
-            print(f"engine: {engine.name} ({engine.reason})")
-        spark = engine.spark
-    if spark:
-        from rocketidx.cli.progress import spark_progress
-        from rocketidx.config import project_conf
-        from rocketidx.spark.session import load_spark_settings, spark_session
-        from rocketidx.spark.verify import verify_consumequeues_spark
-        settings = load_spark_settings(a.spark_conf or project_conf("spark.json"), split_bytes=a.split_bytes,
-                                       master=a.master)
-        with spark_session(settings) as s, spark_progress(s, "verify on Spark", enabled=not a.json):
-            report = verify_consumequeues_spark(directory, a.commitlog, spark=s, split_bytes=settings.split_bytes,
-                                                delays_ms=delays, check_crc=not a.no_crc)
-    else:
-        report = verify_consumequeues(directory, a.commitlog, check_crc=not a.no_crc, delays_ms=delays)
-    if a.json:
+def _print_queues(report, as_json: bool) -> int:
+    """``verify --consumequeue``: the entries checked and the problems."""
+    if as_json:
         print(json.dumps(report.as_dict()))
     else:
         checked = f"{report.entries_checked:,} entries in the files"

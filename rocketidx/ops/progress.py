@@ -1,7 +1,8 @@
 """How an operation reports how far it got, without knowing who listens: :class:`Progress`.
 
-An operation calls :meth:`Progress.reading` around an in-process read (the hook it yields is called with
-the CommitLogReader after every batch) and :meth:`Progress.on_spark` around a Spark job. The base class
+An operation calls :meth:`Progress.engine` once it has chosen its engine, before it runs (verify says it
+first), :meth:`Progress.reading` around an in-process read (the hook it yields is called with the
+CommitLogReader after every batch) and :meth:`Progress.on_spark` around a Spark job. The base class
 shows nothing; the command line's (:class:`rocketidx.cli.progress.CommandProgress`) draws one line on a
 terminal.
 """
@@ -13,6 +14,9 @@ from typing import Callable, Iterator
 
 class Progress:
     """Silent progress: what a library caller gets unless it passes its own."""
+
+    def engine(self, engine) -> None:
+        pass
 
     @contextmanager
     def reading(self, total_bytes: int) -> Iterator[Callable | None]:
