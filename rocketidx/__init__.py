@@ -30,7 +30,7 @@ from importlib import import_module
 __all__ = ["build_index", "open_index", "query_key", "verify_index", "index_stats", "open_consumequeues",
            "query_queue", "verify_store", "repair_store", "BuildConfig", "RocketIdxError",
            "BuildRequest", "StatsRequest", "VerifyRequest", "QueryRequest",
-           "TimeIndexRequest"]
+           "TimeIndexRequest", "BackfillRequest"]
 
 # Names defined elsewhere, with the module that defines them; the others are the small wrappers below. The
 # operations (rocketidx.ops: one entry point each, taking one of the request types) are these modules' own.
@@ -48,6 +48,7 @@ _LAZY = {
     "VerifyRequest": "rocketidx.config",
     "QueryRequest": "rocketidx.config",
     "TimeIndexRequest": "rocketidx.config",
+    "BackfillRequest": "rocketidx.config",
     "RocketIdxError": "rocketidx.errors",
 }
 

@@ -62,9 +62,7 @@ def run_build(tree: Path, store: Path, out: Path, engine: str) -> tuple[float, s
 
 
 def index_files(out: Path) -> list[Path]:
-    current = (out / "current").read_text().strip() if (out / "current").is_file() else None
-    base = out / current if current else out
-    return sorted((base / "index").iterdir())
+    return sorted((out / "index").iterdir())  # OUT/index: the committed version's, through OUT/current
 
 
 def main() -> int:

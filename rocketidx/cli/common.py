@@ -97,15 +97,3 @@ BROKER_VERSION_HELP = ("the broker's RocketMQ release (4.9.8, 5.3.3, 5.5.0 ...),
 def add_broker_version(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker-version", default=None, help=BROKER_VERSION_HELP)
 
-
-def apply_broker_conf(a) -> dict:
-    """Fill ``--hash-slots``/``--index-num`` from ``--broker-conf`` where no flag gave them; the broker's
-    settings (:func:`rocketidx.config.index_sizes`), or {} without the flag. For ``backfill``, which does
-    not take a request yet (issue 33: its rewrite converts it); the other commands resolve through config."""
-    from rocketidx.config import index_sizes
-    broker, hash_slot_num, index_num = index_sizes(getattr(a, "broker_conf", None), getattr(a, "hash_slots", None),
-                                                   getattr(a, "index_num", None))
-    for flag, value in (("hash_slots", hash_slot_num), ("index_num", index_num)):
-        if hasattr(a, flag):
-            setattr(a, flag, value)
-    return broker

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from rocketidx.build.engine import Engine, data_bytes
 from rocketidx.build.summary import BuildSummary, unread
+from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import Segment, commitlog_dir, list_segments
 from rocketidx.config import BuildRequest
 from rocketidx.ops.engine import engine_for
@@ -45,7 +46,13 @@ class BuildResult:
 
 
 def build(request: BuildRequest, progress: Progress | None = None) -> BuildResult:
-    """Build what ``request`` asks for, on the engine its flags and size choose, and commit it."""
+    """Build what ``request`` asks for, on the engine its flags and size choose, and commit it, under the
+    broker release's index rules (the operation holds them itself: a job has no command line's main to)."""
+    with index_rules(request.release.tag_entries):
+        return _build(request, progress)
+
+
+def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     progress = progress or SILENT
     r, cfg = request, request.config
     # Before anything is read or created (not even the output's lock): the range, then where the output goes.

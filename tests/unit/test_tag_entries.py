@@ -158,3 +158,33 @@ def test_a_5_5_crash_restart_starts_at_the_checkpoints_logics_physical_offset():
     assert far.redispatch_from == 4_000 and "10 segments" in far.how
     # 8fc57f1: min(physic, logics) - 3 s, any distance back (physic 0 here: the first segment)
     assert model("5.x", logics_physical_offset=12_400, logics_msg_timestamp_ms=99_999).redispatch_from == 0
+
+
+def test_the_jobs_follow_the_release_they_are_given(two_stores, tmp_path):
+    """The operations hold the release's rules themselves: ``jobs/nightly_rebuild.py`` and ``jobs/backfill.py``
+    (run by python, so in process at this size) with ``--broker-version 5.5.0`` write the tag entries, as the
+    command line does. Before, only the command line's main set them: the nightly job wrote 5.3's index under
+    a summary that said 5.5.0's rules."""
+    import importlib.util
+    import shutil
+    from pathlib import Path
+    jobs = Path(__file__).resolve().parents[2] / "jobs"
+
+    def job(name):
+        spec = importlib.util.spec_from_file_location(f"job_{name}", jobs / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod.main
+
+    store53, store55 = two_stores
+    out = tmp_path / "nightly"
+    assert job("nightly_rebuild")(["--commitlog", str(store55 / "commitlog"), "--out", str(out), "--hash-slots",
+                                   "101", "--index-num", "4000", "--window", "0", "--broker-version", "5.5.0"]) == 0
+    assert [p.read_bytes() for p in sorted((out / "index").iterdir())] == \
+        [p.read_bytes() for p in sorted((store55 / "index").iterdir())]
+    lost = tmp_path / "store"
+    shutil.copytree(store55 / "commitlog", lost / "commitlog")
+    assert job("backfill")(["--store", str(lost), "--targets", "index", "--hash-slots", "101", "--index-num", "4000",
+                            "--broker-version", "5.5.0"]) == 0
+    assert [p.read_bytes() for p in sorted((lost / "index").iterdir())] == \
+        [p.read_bytes() for p in sorted((store55 / "index").iterdir())]
