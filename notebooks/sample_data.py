@@ -44,7 +44,7 @@ def resolve_paths(store: str | None, index: str | None, commitlog: str | None, *
     commitlog_p = absolute(commitlog) if commitlog is not None else (store_p if use_commitlog else None)
     if index_p is not None and storage.stat(str(index_p)) is not None:
         return SamplePaths(store_p, index_p, commitlog_p, False)
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.sample.generate import GenConfig, generate_store
     small = root / "sample" / "notebook"

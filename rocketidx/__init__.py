@@ -35,7 +35,7 @@ __all__ = ["build_index", "open_index", "query_key", "verify_index", "index_stat
 # Names defined elsewhere, with the module that defines them; the others are the small wrappers below. The
 # operations (rocketidx.ops: one entry point each, taking one of the request types) are these modules' own.
 _LAZY = {
-    "build_index": "rocketidx.build.local",
+    "build_index": "rocketidx.build.in_process",
     "open_index": "rocketidx.query.lookup",
     "verify_index": "rocketidx.verify.core",
     "index_stats": "rocketidx.ops.stats",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError

@@ -86,7 +86,7 @@ sys.path.insert(0, str(ROOT))
 
 import rocketidx.layout as L  # noqa: E402
 from rocketidx.backfill.index import interrupted, run_backfill  # noqa: E402
-from rocketidx.build.local import build_index  # noqa: E402
+from rocketidx.build.in_process import build_index  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402
 from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
@@ -94,7 +94,7 @@ from rocketidx.index.lookup import query_offsets  # noqa: E402
 from rocketidx.query.lookup import open_index  # noqa: E402
 from rocketidx.commitlog.segments import list_segments  # noqa: E402
 from rocketidx.commitlog.readers import CommitLogReader  # noqa: E402
-from rocketidx.stats.local import index_stats_local  # noqa: E402
+from rocketidx.stats.in_process import index_stats_local  # noqa: E402
 from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
 from rocketidx.verify.report import VerifyReport  # noqa: E402
 

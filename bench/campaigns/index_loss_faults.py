@@ -64,7 +64,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from rocketidx.build.local import build_index  # noqa: E402
+from rocketidx.build.in_process import build_index  # noqa: E402
 from rocketidx.cli import main as rocketidx_main  # noqa: E402
 from rocketidx.commitlog.entries import extract_entry_keys  # noqa: E402
 from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402

@@ -47,7 +47,7 @@ from cq_faults import KINDS as QUEUE_KINDS, _log_end, damage  # noqa: E402
 from store_scenarios import scenario  # noqa: E402
 
 from rocketidx.backfill.repair import repair_store  # noqa: E402
-from rocketidx.build.local import build_index  # noqa: E402
+from rocketidx.build.in_process import build_index  # noqa: E402
 from rocketidx.sample.generate import GenConfig, generate_store  # noqa: E402
 from rocketidx.config import BuildConfig  # noqa: E402
 from rocketidx.errors import RocketIdxError  # noqa: E402

@@ -99,7 +99,7 @@ def measure_write(store: str, native: bool) -> dict:
 
 
 def measure_build(store: str, native: bool) -> dict:
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     out = DATA / "build-out"
     shutil.rmtree(out, ignore_errors=True)

@@ -41,7 +41,7 @@ def _config(slots: int, items: int):
 
 
 def run_full(store: str, out: str, slots: int, items: int) -> dict:
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     t0 = time.perf_counter()
     manifest, s = build_index(Path(store) / "commitlog", out, _config(slots, items))
     return {"wall_s": time.perf_counter() - t0, "bytes": s.bytes_read, "entries": s.entries,
@@ -70,7 +70,7 @@ def run_backfill_child(store: str, engine: str) -> dict:
         from rocketidx.spark.build import build_index_spark
         builder = build_index_spark
     else:
-        from rocketidx.build.local import build_index
+        from rocketidx.build.in_process import build_index
         builder = build_index
     t0 = time.perf_counter()
     result = B.run_backfill(store, builder=timed("build", builder), log=lambda *_: None)

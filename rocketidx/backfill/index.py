@@ -249,7 +249,7 @@ def run_backfill(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
                  window_ms: int = 0, timezone_name: str = "local", dry_run: bool = False,
                  check_crc: bool = True, builder=None, log=print) -> BackfillResult:
     """Plan, and unless ``dry_run``, rebuild and install. ``builder`` is the build function
-    (``rocketidx.build.local.build_index`` by default; the Spark pipeline's has the same signature)."""
+    (``rocketidx.build.in_process.build_index`` by default; the Spark pipeline's has the same signature)."""
     t0 = time.monotonic()
     store = BrokerStore.open(store)
     if dry_run:
@@ -281,7 +281,7 @@ def backfill_locked(store: BrokerStore, *, hash_slot_num: int | None, index_num:
         result.wall_s = time.monotonic() - t0
         return result
     if builder is None:
-        from rocketidx.build.local import build_index as builder
+        from rocketidx.build.in_process import build_index as builder
     config = BuildConfig(hash_slot_num=plan.hash_slot_num, index_num=plan.index_num, window_ms=window_ms,
                          timezone=timezone_name, check_crc=check_crc)
     stamp = stamp or swap.new_stamp()

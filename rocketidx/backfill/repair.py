@@ -79,7 +79,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
     skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/, which rocketidx does "
                "not rebuild yet" for t in sorted(store.batch_topics())}
     if builder is None:
-        from rocketidx.build.local import build_index as builder
+        from rocketidx.build.in_process import build_index as builder
     if dry_run:
         log("dry run: nothing in the store changes; its lock is taken shared, so read access is enough")
     with store.lock(create=not dry_run):

@@ -12,7 +12,7 @@ after a window's start time, and a bisection over byte positions finds it in a f
 (each a resync on PHYSICALOFFSET, as a split does). Where the order is broken the bisection still
 returns record starts and the ranges still tile the log; the records that sit in another window's
 range (*strays*) are found by the tasks that read them and routed to their window's task in a second
-pass (:mod:`rocketidx.build.direct`). Nothing here decides a result; it only decides who reads what.
+pass (:mod:`rocketidx.build.direct_task`). Nothing here decides a result; it only decides who reads what.
 
 Stays true: ranges are disjoint, in CommitLog order, start at a record start (or at the read's first
 byte) and cover ``[lo, hi)`` of every segment read, so every byte is read by exactly one task and the

@@ -1,7 +1,7 @@
 """What a build reports: :class:`BuildSummary`, the manifest's header made from it, and what reading left unread.
 
 Every build fills one :class:`BuildSummary` the same way, in :func:`rocketidx.build.finish.finish_build` (the
-direct and shuffle plans, and the in-process one-pass build of :mod:`rocketidx.build.local`), so the summary
+direct and shuffle plans, and the in-process one-pass build of :mod:`rocketidx.build.in_process`), so the summary
 and the manifest of a build do not depend on the engine or plan that ran it.
 """
 from __future__ import annotations

@@ -5,8 +5,8 @@ and where its record lies when a PHYSICALOFFSET field is not its record's positi
 within each window, and where the files go (a directory, or a task's :class:`rocketidx.output.target.TaskFiles`).
 Out: one :class:`WrittenWindow` per window: its files and what the writer counted.
 
-Every build calls it: the in-process build of a whole log (:mod:`rocketidx.build.local`), each task of the
-direct plan, in process and on Spark (:mod:`rocketidx.build.direct`), and each writer partition of the
+Every build calls it: the in-process build of a whole log (:mod:`rocketidx.build.in_process`), each task of the
+direct plan, in process and on Spark (:mod:`rocketidx.build.direct_task`), and each writer partition of the
 shuffle plan (:mod:`rocketidx.spark.writer`), which feeds it the entries of its windows, window after window.
 
 Stays true: entries reach each window's :class:`rocketidx.index.writer.WindowWriter` in the order given, so

@@ -37,7 +37,7 @@ def cmd_gen(a) -> int:
 def cmd_demo(a) -> int:
     from pathlib import Path
 
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.build.summary import unread
     from rocketidx.config import BuildConfig
     from rocketidx.sample.generate import GenConfig, generate_store

@@ -57,7 +57,7 @@ class ProgressLine:
         self.show(f"{human_bytes(done)} of {human_bytes(total)} read{share}{rate}")
 
     def reader(self, total: int) -> Callable:
-        """The ``progress`` hook of :func:`rocketidx.build.local.build_index`: it is called with the
+        """The ``progress`` hook of :func:`rocketidx.build.in_process.build_index`: it is called with the
         CommitLogReader after every batch."""
         return lambda reader: self.bytes_done(reader.bytes_read + reader.in_segment, total)
 

@@ -6,7 +6,7 @@ topics and true collisions with the CommitLog, sizing advice) or, with ``--json`
 ``summary`` and every table as a list of records. Exit 0 when the statistics were computed, 2 when they
 could not be (a typed error, one line on stderr naming the file).
 
-The statistics are computed in this process (:mod:`rocketidx.stats.local`) or on Spark
+The statistics are computed in this process (:mod:`rocketidx.stats.in_process`) or on Spark
 (:mod:`rocketidx.spark.stats`), the same tables either way, by :func:`rocketidx.ops.stats.stats`, which
 chooses the engine (:func:`rocketidx.ops.engine.engine_for`) on the bytes to read (the index files' allocated blocks, plus the CommitLog's with ``--commitlog``);
 ``--in-process`` or ``--master`` decide, and spark-submit always means Spark. A Spark session starts

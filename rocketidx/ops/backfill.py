@@ -51,7 +51,7 @@ class _EngineBuilder:
 
     def __call__(self, commitlog, out, config, *, start_offset=None, skip_entries=0, name_after=None,
                  time_index="auto"):
-        from rocketidx.build.local import build_index
+        from rocketidx.build.in_process import build_index
         segments = list_segments(commitlog, from_offset=start_offset)
         self.engine = engine_for(self.request, data_bytes(segments, start_offset))
         if not self.engine.spark:

@@ -71,12 +71,12 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     if engine.spark:
         manifest, summary, spark_stats = _build_on_spark(r, progress)
     elif r.filters:
-        from rocketidx.build.local import build_index_range
+        from rocketidx.build.in_process import build_index_range
         manifest, summary = build_index_range(r.commitlog, r.out, cfg, from_offset=r.from_offset, to_offset=r.to_offset,
                                        from_time_ms=r.from_time_ms, to_time_ms=r.to_time_ms,
                                        time_index=r.time_index, allow_empty=False)
     else:
-        from rocketidx.build.local import build_index
+        from rocketidx.build.in_process import build_index
         with progress.reading(work) as hook:
             manifest, summary = build_index(r.commitlog, r.out, cfg, segments=segments, time_index=r.time_index,
                                      progress=hook)

@@ -70,7 +70,7 @@ def stats(request: StatsRequest, progress=None) -> StatsResult:
         computed = on_spark(get_session(master=r.engine.master, conf=QUIET_SPARK, log_level="ERROR"), r.index,
                             r.commitlog, **kw)
     else:
-        from rocketidx.stats.local import index_stats_local
+        from rocketidx.stats.in_process import index_stats_local
         computed = index_stats_local(r.index, r.commitlog, **kw)
     tables = computed.to_pandas()
     summary = computed.summary()
@@ -80,7 +80,7 @@ def stats(request: StatsRequest, progress=None) -> StatsResult:
 
 def _engine(request: EngineRequest, index, commitlog, hash_slot_num, index_num) -> Engine:
     """The engine for the bytes a statistics pass reads: the index's allocated bytes and the CommitLog's."""
-    from rocketidx.stats.local import index_bytes
+    from rocketidx.stats.in_process import index_bytes
     work = index_bytes(index, hash_slot_num, index_num)
     if commitlog:
         work += data_bytes(list_segments(commitlog))
@@ -93,14 +93,14 @@ def index_stats(index_dir: str | os.PathLike, commitlog: str | os.PathLike | Non
     """Statistics of the index in ``index_dir`` (and of its keys in ``commitlog``), on the engine the
     command line would pick: ``spark`` (a session) or ``master`` runs on Spark, ``in_process=True`` here,
     and otherwise the bytes to read against the break-even in ``conf/spark.json``. ``options``: as
-    :func:`rocketidx.stats.local.index_stats_local` takes them. Returns the statistics object of the engine
+    :func:`rocketidx.stats.in_process.index_stats_local` takes them. Returns the statistics object of the engine
     that ran (``.summary()``, ``.to_pandas()``; the same tables either way).
     """
     if spark is None:
         engine = _engine(engine_request(in_process=in_process, master=master, spark_conf=spark_conf), index_dir,
                          commitlog, options.get("hash_slot_num"), options.get("index_num"))
         if not engine.spark:
-            from rocketidx.stats.local import index_stats_local
+            from rocketidx.stats.in_process import index_stats_local
             return index_stats_local(index_dir, commitlog, **options)
         from rocketidx.spark.session import get_session
         spark = get_session(master=master)

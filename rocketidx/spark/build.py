@@ -4,7 +4,7 @@ In: a CommitLog (or store) directory, an output directory (a local path, or a UR
 :class:`BuildConfig`, a SparkSession (or one is made), and optional offset/time filters. Out:
 ``OUT/index/<files>``, ``OUT/_manifest.json``, ``OUT/_SUCCESS`` (for a URI, the same under the version
 ``OUT/CURRENT`` names: see :mod:`rocketidx.output.local`), and ``(manifest, BuildSummary)`` exactly as
-:func:`rocketidx.build.local.build_index` returns them.
+:func:`rocketidx.build.in_process.build_index` returns them.
 
 The plan (one Spark job, two stages)::
 
@@ -31,7 +31,7 @@ import time
 from dataclasses import fields, replace
 from functools import partial
 
-from rocketidx.build.direct import WriterParams, collect_blocks, plan_tasks, run_direct
+from rocketidx.build.direct_task import WriterParams, collect_blocks, plan_tasks, run_direct
 from rocketidx.build.finish import finish_build, keep_task_time_index
 from rocketidx.build.results import WRITER_ROWS, TaskResult, from_rows, ranges_of
 from rocketidx.build.summary import BuildSummary
@@ -332,7 +332,7 @@ def _direct_job(spark, tasks, what: str, *, opts: SourceOptions, params: WriterP
 def _direct_partition(tasks, opts: SourceOptions, params: WriterParams, report_ranges: bool = True):
     from pyspark import TaskContext
 
-    from rocketidx.build.direct import run_task, task_dir_name
+    from rocketidx.build.direct_task import run_task, task_dir_name
     from rocketidx.spark.tasks import task_setup
     task_setup()
     ctx = TaskContext.get()

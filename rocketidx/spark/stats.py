@@ -59,7 +59,7 @@ from rocketidx.stats.keys import (DEFAULT_FILTER_BITS, DEFAULT_TOP, KEY_ROWS, TO
 from rocketidx.errors import ConfigError, StoreLayoutError
 from rocketidx.output.manifest import Manifest
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
-from rocketidx.stats.local import StatsResults, commitlog_ranges
+from rocketidx.stats.in_process import StatsResults, commitlog_ranges
 import rocketidx.storage as storage
 from rocketidx.spark.sources.index import (DEFAULT_TASK_ENTRIES, FILE_COLUMNS, INDEX_SOURCE_NAME, IndexDataSource, IndexSourceOptions, index_span_ms, read_index_items, register_index_source)
 

@@ -28,7 +28,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from rocketidx.build.direct import WriterParams
+from rocketidx.build.direct_task import WriterParams
 from rocketidx.build.results import WRITER_ROWS, TaskResult, to_batch
 from rocketidx.build.write import EntryBatch, write_windows
 from rocketidx.output.local import TASKS_DIR

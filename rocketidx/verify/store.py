@@ -282,7 +282,7 @@ def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_siz
     from rocketidx.consumequeue.writer import QueueInfo
     from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
     if builder is None:
-        from rocketidx.build.local import build_index as builder
+        from rocketidx.build.in_process import build_index as builder
     config = BuildConfig(hash_slot_num=sizes[0] if sizes else L.DEFAULT_HASH_SLOT_NUM,
                          index_num=sizes[1] if sizes else L.DEFAULT_INDEX_NUM, window_ms=0, timezone="UTC",
                          check_crc=check_crc, targets=("index", "consumequeue") if sizes else ("consumequeue",),

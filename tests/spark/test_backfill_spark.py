@@ -68,7 +68,7 @@ def test_skip_entries_drops_exactly_the_entries_the_kept_file_holds(spark, tmp_p
     start = files[keep - 1]["end_phy_offset"]
     plan = make_plan(store)
     config = BuildConfig(hash_slot_num=SLOTS, index_num=ITEMS, window_ms=0, timezone="UTC")
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     core, core_summary = build_index(store / "commitlog", tmp_path / "core", config, start_offset=start,
                                      skip_entries=plan.skip_entries, name_after=files[keep - 1]["name"])
     got, summary = build_index_spark(store / "commitlog", tmp_path / "spark", config, spark=spark,

@@ -2,7 +2,7 @@
 
 Every golden case and the external rocketmq-rust store, with every segment split, at 1, 2 and 7 writer
 partitions: the IndexFiles byte for byte, ``_manifest.json`` and the summary (timing aside) equal
-``rocketidx.build.local.build_index`` on the same CommitLog. Then the commit's promises: a lock against a
+``rocketidx.build.in_process.build_index`` on the same CommitLog. Then the commit's promises: a lock against a
 second build, a failed build leaves the previous output, re-running gives the same bytes.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from refdata import EXTERNAL, GOLDEN_CASES, load_case
 from scenarios import BASIC, SCENARIOS, lay_segment, props, write_segments
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.entries import extract_entries
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLockedError
@@ -189,7 +189,7 @@ def test_a_clock_that_steps_back_gives_the_in_process_bytes(spark, tmp_path, ste
 
 
 def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
-    from rocketidx.build.local import build_index_range
+    from rocketidx.build.in_process import build_index_range
     case = GOLDEN_CASES[5]
     table, _ = core_read(case / "commitlog")
     ts = sorted(table["store_timestamp_ms"].to_pylist())
@@ -205,7 +205,7 @@ def test_a_range_builds_the_same_in_process_and_on_spark(spark, tmp_path):
 def test_a_slice_read_through_the_time_index_gives_the_full_reads_bytes(spark, tmp_path, partitions):
     """The clock steps back 70 minutes in three places, so the slice's records lie in blocks far apart;
     on Spark the slice reads only those blocks (each task its windows) and builds what a full read does."""
-    from rocketidx.build.local import build_index_range
+    from rocketidx.build.in_process import build_index_range
     from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.commitlog.timeindex import DIR_NAME
     store = tmp_path / "store"

@@ -10,7 +10,7 @@ import pytest
 from cq_damage import EXPECT, damage, log_end
 from refdata import GOLDEN_CASES
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
 from rocketidx.output.open import open_consumequeues
@@ -133,7 +133,7 @@ def test_the_verify_command_runs_on_spark_and_refuses_spark_without_the_log(spar
 
 def test_one_read_feeds_both_targets_on_spark_for_a_range_too(spark, tmp_path):
     """The index's direct tasks dispatch the pieces they read: no second read, the in-process range's bytes."""
-    from rocketidx.build.local import build_index_range
+    from rocketidx.build.in_process import build_index_range
     case = CQ_CASES[0]
     config = config_of(case, ("index", "consumequeue"))
     whole, _ = build_index(case / "commitlog", tmp_path / "whole", config)

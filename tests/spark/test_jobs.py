@@ -16,7 +16,7 @@ import pytest
 
 from refdata import GOLDEN
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.query.lookup import open_index, query_offsets

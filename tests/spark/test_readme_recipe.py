@@ -20,7 +20,7 @@ import pytest
 from readme_doc import logical_lines, parse_command, read_all, shell_blocks
 from splitread import same_build
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli.build import add_build_arguments
 from rocketidx.config import load_config
 

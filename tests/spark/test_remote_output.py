@@ -11,7 +11,7 @@ import pytest
 
 from refdata import GOLDEN_CASES, case_config, expected_files
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.errors import StoreLockedError
 from rocketidx.output.local import CURRENT_FILE, INDEX_DIR, MANIFEST, SUCCESS
 from rocketidx.output.remote import RemoteOutput

@@ -20,7 +20,7 @@ import unit.test_verify as core_cases
 from refdata import GOLDEN, golden_params, load_case
 from unit.test_verify import G3, ITEMS, SLOTS, config_for, item_at, kinds_at
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.readers import CommitLogReader, read_segment
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.spark.verify import verify_index_spark
@@ -291,7 +291,7 @@ def test_misplaced_offsets_on_spark_give_the_core_report(spark, tmp_path, case):
 
 def test_time_slice_on_spark_expects_only_the_slice(spark, tmp_path):
     from rocketidx.config import BuildConfig
-    from rocketidx.build.local import build_index_range
+    from rocketidx.build.in_process import build_index_range
     from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.verify.core import BuildRead
     t0 = 1_700_000_000_000

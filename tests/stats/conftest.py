@@ -8,7 +8,7 @@ import pytest
 def small_store(tmp_path_factory):
     """A generated store (3,000 messages over 2 h) and its windowed build output with small files:
     10-minute windows of ~600 entries, 1,009 slots, 400 items, so every window rolls over into a second file."""
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.sample.generate import GenConfig, generate_store
     root = tmp_path_factory.mktemp("stats-store")

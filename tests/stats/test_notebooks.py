@@ -58,7 +58,7 @@ def test_notebooks_are_committed_without_outputs():
 def test_notebooks_execute_and_draw_every_figure(small_store, tmp_path, s3_server):
     from nbclient import NotebookClient
 
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.output.target import read_manifest
     from rocketidx.config import BuildConfig
     store, out = small_store

@@ -256,7 +256,7 @@ def test_a_damaged_item_is_a_typed_error_naming_the_file(spark, small_store, tmp
 def test_another_log_is_refused_before_any_spark_job(spark, tmp_path):
     """Issue 20 item 6: statistics of an index with a CommitLog it was not built from would show that log's
     topics and keys as the index's: a typed error saying so, on Spark as in process."""
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.errors import IndexLogMismatchError
     from rocketidx.sample.generate import GenConfig, generate_store

@@ -30,7 +30,7 @@ def test_bad_targets_exit_2(tmp_path, capsys):
 def test_an_empty_build_output_is_an_empty_index_not_an_error(tmp_path, capsys):
     """A log whose first TOTALSIZE is 0 builds an output of no IndexFile: verify says clean, query
     answers [], and stats reports an index with nothing in it (it used to exit 2)."""
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     log = tmp_path / "commitlog"
     log.mkdir()

@@ -1,4 +1,4 @@
-"""The in-process statistics (rocketidx.stats.local) against the Spark ones: the same tables, the same
+"""The in-process statistics (rocketidx.stats.in_process) against the Spark ones: the same tables, the same
 summary, for a golden case with true collisions read with its CommitLog and a windowed build output whose
 files roll over; and ``rocketidx stats`` picks its engine by size like every other command."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from stats_reference import golden_case
 
 from rocketidx.cli import main as run
-from rocketidx.stats.local import index_stats_local
+from rocketidx.stats.in_process import index_stats_local
 
 G2 = "g2-unicode-collisions-v2-ipv6"
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from rocketidx.broker.store import write_checkpoint_index_ts
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.entries import extract_entry_keys
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.readers import CommitLogReader

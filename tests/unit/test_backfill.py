@@ -14,7 +14,7 @@ import pytest
 from brokerstore import ITEMS, SLOTS, assert_answers_like_full_rebuild, broker_store, crash, snapshot
 from refdata import EXTERNAL
 from rocketidx.backfill.index import make_plan, run_backfill
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.broker.store import read_checkpoint, write_checkpoint_index_ts
 from rocketidx.cli import main

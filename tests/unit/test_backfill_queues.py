@@ -252,7 +252,7 @@ def test_the_checkpoint_says_the_queues_are_whole_to_the_log_end_and_a_roll_back
 
 def test_a_lost_index_and_damaged_queues_are_rebuilt_from_one_read(tmp_path):
     from rocketidx.backfill.repair import repair_store
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     case = CASES[0]
     store, sizes = store_of(case, tmp_path / "store")
     scenario("queue-deleted", store, case)

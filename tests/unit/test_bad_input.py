@@ -13,7 +13,7 @@ import pytest
 
 from scenarios import BAD, BASIC, GOOD_AFTER, SCENARIOS, Scenario, Seg, lay_segment, write_segments
 from rocketidx import cli
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.columns import MESSAGE_SCHEMA
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig

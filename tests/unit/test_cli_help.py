@@ -34,7 +34,7 @@ def test_build_help_says_the_engine_is_chosen_by_size():
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.sample.generate import GenConfig, generate_store
     d = tmp_path_factory.mktemp("cli_help")

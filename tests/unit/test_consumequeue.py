@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from refdata import GOLDEN_CASES
 from scenarios import Rec, lay_segment, props, write_segments
 
-from rocketidx.build.local import build_index, build_index_range
+from rocketidx.build.in_process import build_index, build_index_range
 from rocketidx.build.queues import build_queues
 from rocketidx.commitlog.native import native_available
 from rocketidx.commitlog.segments import list_segments

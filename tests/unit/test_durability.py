@@ -12,7 +12,7 @@ import pytest
 from refdata import GOLDEN_CASES, load_case
 
 from rocketidx.backfill.index import run_backfill
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig
 
 

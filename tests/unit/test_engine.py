@@ -13,7 +13,7 @@ from splitread import core_read
 
 from rocketidx import cli
 from rocketidx.build.engine import DEFAULT_BREAK_EVEN, IN_PROCESS, SPARK, choose_engine, data_bytes
-from rocketidx.build.local import build_index_range
+from rocketidx.build.in_process import build_index_range
 from rocketidx.commitlog.entries import extract_entries
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig

@@ -13,7 +13,7 @@ import pytest
 
 from scenarios import SCENARIOS, java_index_keys, java_key_hash, walk_segment
 from rocketidx import cli
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.query.lookup import open_index, query_offsets

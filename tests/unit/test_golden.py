@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from refdata import EXTERNAL, expected_files, expected_manifest, golden_params, load_case
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.columns import parse_properties
 from rocketidx.commitlog.entries import extract_entry_keys
 from rocketidx.commitlog.readers import CommitLogReader

@@ -161,7 +161,7 @@ def test_no_directory_is_a_typed_error_unless_missing_is_allowed(tmp_path):
 def test_the_manifest_round_trips_byte_for_byte(tmp_path):
     import json
 
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     from rocketidx.output.manifest import Manifest
     from rocketidx.output.target import open_manifest, read_manifest

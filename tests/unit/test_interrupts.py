@@ -98,7 +98,7 @@ def test_an_interrupt_before_the_first_commit_leaves_no_output(store, tmp_path):
 
 def test_an_interrupt_of_a_range_build_leaves_the_previous_output(store, out):
     before = versions(out)
-    r = interrupted_build(store, out, "rocketidx.build.direct:run_task", "SIGINT", True, "--from-time", "1700000000000")
+    r = interrupted_build(store, out, "rocketidx.build.direct_task:run_task", "SIGINT", True, "--from-time", "1700000000000")
     assert r.returncode == 130 and len(r.stderr.splitlines()) == 1, r.stderr
     assert versions(out) == before
 

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scenarios import SCENARIOS, java_hash, string_with_hash
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig

@@ -16,7 +16,7 @@ from rocketidx.cli import main
 from rocketidx.errors import IndexLogMismatchError
 from rocketidx.query.logmatch import match_log, require_index_of_log, sample_positions
 from rocketidx.query.lookup import open_index
-from rocketidx.stats.local import index_stats_local
+from rocketidx.stats.in_process import index_stats_local
 
 SIZES = ["--hash-slots", "4096", "--index-num", "8192"]
 MORE = re.compile(r"\.\.\. and (\d+) more$")

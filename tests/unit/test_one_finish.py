@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from refdata import GOLDEN, case_config, expected_files
-from rocketidx.build.local import build_index, build_index_range
+from rocketidx.build.in_process import build_index, build_index_range
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import BuildConfig
 from rocketidx.output.manifest import Manifest

@@ -64,7 +64,7 @@ def test_an_in_process_build_shows_bytes_read_on_a_terminal_and_nothing_with_jso
     tty = Terminal()
     monkeypatch.setattr("sys.stderr", tty)
     hook_calls = []
-    from rocketidx.build import local as build_mod
+    from rocketidx.build import in_process as build_mod
     real = build_mod.build_index
 
     def spy(*args, progress=None, **kw):
@@ -88,7 +88,7 @@ def test_an_in_process_build_shows_bytes_read_on_a_terminal_and_nothing_with_jso
 
 def test_reader_progress_counts_bytes_within_a_segment(tmp_path):
     """The hook sees where the last batch ended, not only whole segments: a one-segment log moves too."""
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.config import BuildConfig
     assert cli.main(["gen", "--out", str(tmp_path / "s"), "--messages", "3000"]) == 0
     seen = []

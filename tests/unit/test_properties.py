@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from refdata import GOLDEN
 from scenarios import Rec, java_hash, java_key_hash, lay_segment, props, string_with_hash
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog import keys
 from rocketidx.commitlog.columns import MESSAGE_SCHEMA

@@ -105,7 +105,7 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
     assert scope["summary"].entries > 3000 and len(scope["files"]) == scope["summary"].files
     assert scope["report"].clean
     assert scope["stats"].summary()["entries"] == scope["summary"].entries
-    assert "pyspark" not in sys.modules or scope["stats"].__class__.__module__ == "rocketidx.stats.local"
+    assert "pyspark" not in sys.modules or scope["stats"].__class__.__module__ == "rocketidx.stats.in_process"
 
     expected = key_offsets(tmp_path / "sample" / "store", "Topic0#K4")
     assert expected and set(expected) <= set(scope["offsets"])  # the broker also returns equal hashes

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from refdata import GOLDEN
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments

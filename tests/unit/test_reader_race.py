@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 
-from rocketidx.build.local import build_index
-from rocketidx.build.local import build_index_range
+from rocketidx.build.in_process import build_index
+from rocketidx.build.in_process import build_index_range
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.config import BuildConfig
 from rocketidx.query.lookup import open_index, query_offsets

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import rocketidx.commitlog.native as native
-from rocketidx.build.local import build_index, build_index_range
+from rocketidx.build.in_process import build_index, build_index_range
 from rocketidx.cli import main
 from rocketidx.cli.build import reader_warning
 from rocketidx.sample.generate import GenConfig, generate_store

@@ -15,7 +15,7 @@ import pytest
 from s3server import assert_golden_output, committed_files
 from refdata import GOLDEN_CASES, case_config, expected_files, expected_queries, golden_params
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
 from rocketidx.errors import StoreLayoutError, StoreLockedError

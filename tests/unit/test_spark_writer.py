@@ -10,7 +10,7 @@ import pytest
 
 from refdata import GOLDEN, load_case
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig
 from rocketidx.errors import RocketIdxError
 from rocketidx.spark.sources.commitlog import SourceOptions, plan_partitions, read_split

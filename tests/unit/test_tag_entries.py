@@ -90,7 +90,7 @@ def test_the_rule_is_off_outside_a_command():
 @pytest.fixture(scope="module")
 def two_stores(tmp_path_factory):
     """The same generated log indexed as a 5.3 broker and as a 5.5 broker would: (store53, store55)."""
-    from rocketidx.build.local import build_index
+    from rocketidx.build.in_process import build_index
     from rocketidx.sample.generate import GenConfig, generate_store
     from rocketidx.config import BuildConfig
     root = tmp_path_factory.mktemp("rules")

@@ -16,8 +16,8 @@ import pytest
 from refdata import GOLDEN_CASES, load_case
 from splitread import core_read, same_build
 
-from rocketidx.build.local import build_index
-from rocketidx.build.local import build_index_range
+from rocketidx.build.in_process import build_index
+from rocketidx.build.in_process import build_index_range
 from rocketidx.cli import main
 from rocketidx.sample.generate import GenConfig, generate_store
 from rocketidx.commitlog.records import scan_records

@@ -14,9 +14,9 @@ import pytest
 from refdata import GOLDEN_CASES, load_case
 from splitread import same_build
 
-from rocketidx.build.direct import WriterParams, run_task, strays_of
+from rocketidx.build.direct_task import WriterParams, run_task, strays_of
 from rocketidx.build.finish import validate
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.build.plan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
 from rocketidx.build.results import ranges_of
 from rocketidx.sample.generate import GenConfig, generate_store

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from refdata import GOLDEN, golden_params, load_case
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
 from rocketidx.verify.core import open_for_verify, verify_index

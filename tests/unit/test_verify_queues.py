@@ -11,7 +11,7 @@ import pytest
 from cq_damage import ALONE, EXPECT, UNIT, biggest_queue, damage, log_end
 from refdata import GOLDEN_CASES
 
-from rocketidx.build.local import build_index
+from rocketidx.build.in_process import build_index
 from rocketidx.cli import main
 from rocketidx.config import BuildConfig
 from rocketidx.verify.queues import verify_consumequeues

@@ -5,7 +5,7 @@ time bounds. Out: ``OUT/index/<files>``, ``OUT/_manifest.json`` and a
 :class:`rocketidx.build.summary.BuildSummary`.
 
 :func:`build_index` reads the whole log (or a backfill's tail) in one pass; :func:`build_index_range` runs
-the direct plan (:mod:`rocketidx.build.direct`) as one task here, as Spark runs it as many. Both write
+the direct plan (:mod:`rocketidx.build.direct_task`) as one task here, as Spark runs it as many. Both write
 through :func:`rocketidx.build.write.write_windows`, as every build does.
 Stays true: the files equal what RocketMQ's ``IndexFile`` writes for each window's entries in CommitLog
 order; batches stream through, so memory is a few windows' slot tables plus one batch, however large a
@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from rocketidx.build.direct import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
+from rocketidx.build.direct_task import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
 from rocketidx.build.queues import build_queues, place_queues
 from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log
@@ -175,7 +175,7 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
-    bounds; :func:`rocketidx.build.local.build_index` is the unfiltered reference, this is its filtered twin.
+    bounds; :func:`rocketidx.build.in_process.build_index` is the unfiltered reference, this is its filtered twin.
     ``time_index``: the time index directory to use and keep (:func:`rocketidx.config.time_index_dir`). A URI output is
     built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
     :func:`finish_build`.
