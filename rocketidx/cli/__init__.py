@@ -147,11 +147,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         resolve_paths(args)
-        from rocketidx.commitlog.entries import index_rules
         from rocketidx.config import broker_release
-        release = broker_release(getattr(args, "broker_version", None))
-        with index_rules(release.tag_entries):
-            return COMMANDS[args.command](args)
+        broker_release(getattr(args, "broker_version", None))  # a release no rule knows: refused before any work
+        return COMMANDS[args.command](args)  # each operation holds its release's index rules itself
     try:
         return exit_code(f"rocketidx {args.command}", run, INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))
     finally:

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
+from rocketidx.commitlog.entries import index_rules
 from rocketidx.config import MAX_MSGS_NUM_BATCH, QueryRequest
 from rocketidx.errors import RocketIdxError, StoreLayoutError
 import rocketidx.layout as L
@@ -50,8 +51,10 @@ class SlotAnswer:
 
 
 def query(request: QueryRequest) -> Iterator[KeyAnswer] | Iterator[SlotAnswer]:
-    """The answers to ``request``'s lookups, one at a time (the index or queues are opened first, here)."""
-    return _slots(request) if request.consumequeue else _keys(request)
+    """The answers to ``request``'s lookups, one at a time (the index or queues are opened first, here), under
+    the broker release's index rules while they are asked for."""
+    with index_rules(request.release.tag_entries):
+        yield from _slots(request) if request.consumequeue else _keys(request)
 
 
 def _keys(r: QueryRequest) -> Iterator[KeyAnswer]:

@@ -14,8 +14,9 @@ import os
 from dataclasses import dataclass
 
 from rocketidx.build.engine import Engine, data_bytes
+from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import list_segments
-from rocketidx.config import VerifyRequest
+from rocketidx.config import VerifyRequest, broker_release
 from rocketidx.ops.engine import engine_for
 from rocketidx.ops.progress import SILENT, Progress
 import rocketidx.storage as storage
@@ -40,11 +41,12 @@ def verify(request: VerifyRequest, progress: Progress | None = None) -> VerifyRe
     """Check what ``request`` names: a store, ConsumeQueues, or an index. ``progress`` hears the engine
     before the check runs (:meth:`rocketidx.ops.progress.Progress.engine`)."""
     progress = progress or SILENT
-    if request.store:
-        return _verify_store(request, progress)
-    if request.consumequeue:
-        return _verify_queues(request, progress)
-    return _verify_index(request, progress)
+    with index_rules(broker_release(request.broker_version).tag_entries):  # held here, as every operation does
+        if request.store:
+            return _verify_store(request, progress)
+        if request.consumequeue:
+            return _verify_queues(request, progress)
+        return _verify_index(request, progress)
 
 
 def _delays(request: VerifyRequest) -> tuple[int, ...]:
