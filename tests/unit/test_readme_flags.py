@@ -44,6 +44,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
     "kafka-dump-log": {"--index-sanity-check"},
     # `make bench` and `make faults` scripts, whose options docs/benchmarks.md names.
     "bench/speed/bench.py": {"--no-spark"},
+    "bench/speed/bench_pair.py": {"--old", "--store", "--rounds", "--engines"},
     "bench/campaigns/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
                         "--executor-kills", "--index-loss-cases"},
     # Remote stores: Hadoop's classpath for libhdfs, and the local S3 server of the runnable example.
