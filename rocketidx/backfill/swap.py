@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
 from rocketidx.broker.store import write_checkpoint_fields
 from rocketidx.output.local import fsync_dir
@@ -191,8 +192,12 @@ def interrupted(store: Path, area: str) -> list[tuple[Path, dict]]:
         j = d / "journal.json"
         if not j.is_file():
             continue
-        journal = json.loads(j.read_text())
-        if "finished" in journal or "rolled_back" in journal:
+        try:
+            journal = json.loads(j.read_text())
+        except (ValueError, UnicodeDecodeError) as e:  # a repair's journal is written whole or not at all
+            raise StoreLayoutError(str(j), f"not a repair journal (JSON): {e}; move its backup directory out of "
+                                           f"{root.name}/ once you have looked at it") from e
+        if not isinstance(journal, dict) or "finished" in journal or "rolled_back" in journal:
             continue
         if "move_out" in journal or "replace" in journal:
             found.append((d, journal))

@@ -130,3 +130,13 @@ def test_a_stale_staging_is_removed_in_one_line_and_an_empty_one_goes_quietly(tm
     swap.staging_dir(store, "consumequeue", "s").parent.mkdir(parents=True)
     swap.drop_empty_staging(store, "consumequeue")
     assert not (store / "consumequeue.rocketidx-staging").exists()
+
+
+def test_a_journal_that_is_not_json_is_refused_naming_it(tmp_path):
+    from rocketidx.errors import StoreLayoutError
+    store, _, _ = _store(tmp_path, "consumequeue")
+    bad = store / "consumequeue.backup" / "s" / "journal.json"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"\x00garbage{")
+    with pytest.raises(StoreLayoutError, match=f"{bad}.*not a repair journal"):
+        swap.interrupted(store, "consumequeue")
