@@ -31,10 +31,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli import EXIT_CODES_HELP, INTERRUPTED_LEAVES, exit_code, resolve_paths
+    from rocketidx.cli import EXIT_CODES_HELP, INTERRUPTED_LEAVES, exit_code
     from rocketidx.cli.backfill import add_backfill_arguments, report_backfill
     from rocketidx.cli.common import OneLineParser
-    from rocketidx.config import backfill_request, project_conf
+    from rocketidx.config import backfill_request, project_conf, resolve_paths
     p = OneLineParser(prog="backfill", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     # The defaults are the conf/ beside this job: the package itself may come from a --py-files zip, without one.
     add_backfill_arguments(p, spark_conf=project_conf("spark.json", beside=__file__), engine_flag=False)

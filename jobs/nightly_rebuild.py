@@ -34,10 +34,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None) -> int:
-    from rocketidx.cli import EXIT_CODES_HELP, exit_code, resolve_paths
+    from rocketidx.cli import EXIT_CODES_HELP, exit_code
     from rocketidx.cli.build import add_build_arguments, report_build
     from rocketidx.cli.common import OneLineParser
-    from rocketidx.config import build_request, project_conf
+    from rocketidx.config import build_request, project_conf, resolve_paths
     p = OneLineParser(prog="nightly_rebuild", description=__doc__.split("\n")[0], epilog=EXIT_CODES_HELP)
     # The defaults are the conf/ beside this job: the package itself may come from a --py-files zip, without one.
     add_build_arguments(p, conf=project_conf("defaults.json", beside=__file__),

@@ -663,3 +663,26 @@ def timeindex_request(commitlog: str, out: str, *, block_bytes: int | None = Non
                       check: bool = False) -> TimeIndexRequest:
     """A :class:`TimeIndexRequest` from a command's values (None: not given)."""
     return TimeIndexRequest(str(commitlog), str(out), block_bytes, check_crc, check)
+
+
+# --- paths --------------------------------------------------------------------------------------------------
+
+# Arguments that name a path or URI: resolved here (resolve_paths), once for every command and both jobs.
+PATH_ARGS = ("out", "commitlog", "index", "store", "consumequeue", "queries", "dir", "conf", "spark_conf",
+             "broker_conf", "time_index")
+
+
+def resolve_paths(args) -> None:
+    """Every :data:`PATH_ARGS` attribute of ``args`` (a command's or a job's parsed arguments) as
+    :func:`rocketidx.storage.resolve` gives it: a ``file://`` URI its local path, a relative path absolute
+    against the working directory the command was typed in (so Spark tasks, a manifest and ``--json`` all
+    see the path the user meant, from any directory), a URI as given. Called before a command runs, inside
+    :func:`rocketidx.cli.exit_code`: a bad ``file://`` URI is exit 2."""
+    for name in PATH_ARGS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value.lower() not in WORDS_NOT_PATHS.get(name, ()):
+            setattr(args, name, storage.resolve(value))
+
+
+# Values of a path flag that are words, not paths (``--time-index none``): left as typed.
+WORDS_NOT_PATHS = {"time_index": ("none",)}

@@ -22,8 +22,9 @@ from typing import Callable
 from rocketidx.cli import backfill, build, gen, query, stats, timeindex, verify
 from rocketidx.cli.common import OneLineParser, add_verbose, package_version
 from rocketidx.errors import RocketIdxError
+from rocketidx.config import resolve_paths
 import rocketidx.interrupts as interrupts
-import rocketidx.storage as storage
+from rocketidx.ops.progress import remote_reads
 
 
 # What `--help` says of the exit codes (:func:`exit_code`), for the command line and the spark-submit jobs.
@@ -58,26 +59,6 @@ INTERRUPTED_LEAVES = {"build": "the previous output is unchanged",
                             "'installed'); whatever was not reached is as it was",
                 "gen": "the store may be incomplete: run gen again", "demo": "the previous output is unchanged",
                 "timeindex": "files already written are whole (each is written and then renamed)"}
-# Arguments that name a path or URI: resolved here (resolve_paths), once for every command and both jobs.
-PATH_ARGS = ("out", "commitlog", "index", "store", "consumequeue", "queries", "dir", "conf", "spark_conf",
-             "broker_conf", "time_index")
-
-
-def resolve_paths(args: argparse.Namespace) -> None:
-    """Every :data:`PATH_ARGS` of ``args`` as :func:`rocketidx.storage.resolve` gives it: a ``file://`` URI
-    its local path, a relative path absolute against the working directory the command was typed in (so
-    Spark tasks, a manifest and ``--json`` all see the path the user meant, from any directory), a URI as
-    given. Called before a command runs, inside :func:`exit_code`: a bad ``file://`` URI is exit 2."""
-    for name in PATH_ARGS:
-        value = getattr(args, name, None)
-        if isinstance(value, str) and value.lower() not in WORDS_NOT_PATHS.get(name, ()):
-            setattr(args, name, storage.resolve(value))
-
-
-# Values of a path flag that are words, not paths (``--time-index none``): left as typed.
-WORDS_NOT_PATHS = {"time_index": ("none",)}
-
-
 def exit_code(prog: str, run: Callable[[], int], interrupted: str = "the previous output is unchanged") -> int:
     """The one map from how a command ended to its exit code, for ``rocketidx`` and the spark-submit jobs:
     ``run()``'s own code (0 done; 1 the input has problems: verify found some, a ``--strict`` build stopped
@@ -143,16 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    storage.READS.reset()
 
     def run() -> int:
         resolve_paths(args)
         from rocketidx.config import broker_release
         broker_release(getattr(args, "broker_version", None))  # a release no rule knows: refused before any work
         return COMMANDS[args.command](args)  # each operation holds its release's index rules itself
-    try:
-        return exit_code(f"rocketidx {args.command}", run, INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))
-    finally:
-        if args.verbose and storage.READS.requests:
-            print(f"rocketidx {args.command}: read {storage.READS.bytes:,} bytes from remote storage in "
-                  f"{storage.READS.requests:,} requests", file=sys.stderr)
+    with remote_reads() as reads:
+        try:
+            return exit_code(f"rocketidx {args.command}", run,
+                             INTERRUPTED_LEAVES.get(args.command, "nothing was changed"))
+        finally:
+            if args.verbose and reads.requests:
+                print(f"rocketidx {args.command}: read {reads.bytes:,} bytes from remote storage in "
+                      f"{reads.requests:,} requests", file=sys.stderr)

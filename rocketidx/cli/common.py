@@ -73,14 +73,6 @@ def spark_flag_misused(a, command: str, needs: str, flags: tuple[str, ...]) -> b
     return bool(given)
 
 
-def spark_settings(a):
-    """The Spark settings of ``a``'s flags (:func:`rocketidx.config.spark_settings`): for ``backfill``, which
-    does not take a request yet (issue 33: its rewrite converts it)."""
-    from rocketidx.config import spark_settings as resolve
-    return resolve(a.spark_conf, split_bytes=getattr(a, "split_bytes", None), partitions=getattr(a, "partitions", None),
-                   master=getattr(a, "master", None))
-
-
 BROKER_CONF_HELP = ("the properties file the broker was started with (mqbroker -c FILE): its maxHashSlotNum, "
                     "maxIndexNum (and for ConsumeQueues messageDelayLevel) are used where no flag gives them")
 

@@ -1,18 +1,14 @@
 """``rocketidx gen`` (a sample store from a seed) and ``rocketidx demo`` (what ``make run`` runs)."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
 from rocketidx.cli.build import print_summary
-from rocketidx.cli.common import spark_settings
+from rocketidx.sample import DEMO_MESSAGES
 from rocketidx.units import count_arg, duration_arg, size_arg
-
-
-DEMO_MESSAGES = 300_000  # the sample store `make run` generates
 
 
 def cmd_gen(a) -> int:
@@ -37,83 +33,32 @@ def cmd_gen(a) -> int:
 def cmd_demo(a) -> int:
     from pathlib import Path
 
-    from rocketidx.build.in_process import build_index
-    from rocketidx.build.summary import unread
-    from rocketidx.config import BuildConfig
-    from rocketidx.sample.generate import GenConfig, generate_store
-    from rocketidx.commitlog.readers import read_segment
-    from rocketidx.query.lookup import open_index, query_offsets
-    from rocketidx.commitlog.segments import list_segments
-    root = Path(a.dir)
-    store = root / "store"
-    messages = DEMO_MESSAGES if a.messages is None else a.messages
-    if not (store / "generator.json").exists():
-        print(f"generating a sample store of {messages:,} messages in {store} ...", flush=True)
-        generate_store(store, GenConfig(messages=messages, segment_bytes=64 * 1024**2, span_ms=6 * 3_600_000))
-    elif a.messages is not None:
-        _demo_keeps_store(store, a.messages)
-    out = root / "out"
-    config = BuildConfig(timezone="UTC")
-    print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
-    manifest, summary = build_index(store, out, config)
-    print_summary(summary, unread_bytes=unread(list_segments(store), summary.stop)[0])
-    if not a.in_process:
-        _demo_on_spark(a, store, root / "out-spark", config, summary)
-    print(f"files: {', '.join(f['name'] for f in manifest['files'])}")
-    first, _ = read_segment(list_segments(store)[0], end=4096)
-    files = open_index(out)
-    print("example queries (queryMsgByKey semantics, newest first):")
-    for row in first.slice(0, 3).to_pylist():
-        for key in [row["uniq_key"]] + (row["keys"] or "").split(" ")[:1]:
-            if key:
-                offsets = query_offsets(files, row["topic"], key)
-                print(f"  {row['topic']}#{key}: {offsets}")
-    return 0
-
-
-def _demo_keeps_store(store, asked: int) -> None:
-    """``demo --messages N`` where a sample store exists already: it is kept (a demo never deletes data);
-    say so unless it holds N messages."""
-    try:
-        held = json.loads((store / "generator.json").read_text()).get("messages")
-    except (OSError, ValueError, AttributeError):
-        held = None
-    if held != asked:
-        holds = f"holds {held:,} messages" if isinstance(held, int) else "holds a sample store"
-        print(f"rocketidx demo: --messages {asked:,} ignored: {store} already {holds} and is kept; "
-              f"delete {store} to generate {asked:,}", file=sys.stderr)
-
-
-def _demo_on_spark(a, store, out, config, core) -> None:
-    """The same build on Spark, with what Spark costs (session start, a first job) and what it buys (the
-    read and write spread over the cores), so the demo shows where each engine belongs."""
-    import filecmp
-
+    from rocketidx.sample import demo
     from rocketidx.units import human_bytes
-    from rocketidx.spark.build import build_index_spark
-    from rocketidx.spark.session import spark_session
-    settings = spark_settings(argparse.Namespace(spark_conf=None, master=a.master))
-    print(f"the same build on Spark ({a.master}) into {out} ...", flush=True)
-    t0 = time.monotonic()
-    stats: dict = {}
-    with spark_session(settings, sources=False) as spark:
-        session_s = time.monotonic() - t0
-        t1 = time.monotonic()
-        _, summary = build_index_spark(store, out, config, spark=spark, stats=stats)
-        first = time.monotonic() - t1
-        t2 = time.monotonic()
-        build_index_spark(store, out, config, spark=spark)
-        again = time.monotonic() - t2
-    same = all(filecmp.cmp(os.path.join(out, "index", n), os.path.join(store.parent, "out", "index", n), shallow=False)
-               for n in os.listdir(os.path.join(out, "index")))
-    mb = core.bytes_read / 1e6
-    print(f"  in process:  {core.wall_s:.2f}s ({mb / core.wall_s:.0f} MB/s)")
-    print(f"  on Spark:    session start {session_s:.1f}s, first build {first:.2f}s ({mb / first:.0f} MB/s), "
-          f"a second build in the same session {again:.2f}s ({mb / again:.0f} MB/s); "
-          f"{stats.get('partitions')} tasks, no shuffle; files {'identical' if same else 'DIFFER'}")
-    print(f"  Spark's fixed cost (a JVM, Python workers) pays off from about {human_bytes(settings.break_even)} of "
-          "CommitLog on this kind of machine (engine_break_even in conf/spark.json); below that `rocketidx build` "
-          "picks the in-process engine by itself, and a cluster (spark-submit) always runs on Spark.")
+    root = Path(a.dir)
+    store = demo.sample_store(root, a.messages, say=lambda s: print(s, flush=True),
+                              warn=lambda s: print(f"rocketidx demo: {s}", file=sys.stderr))
+    out = root / "out"
+    print(f"building the index of {store}/commitlog into {out} in this process ...", flush=True)
+    core = demo.build_in_process(store, out)
+    print_summary(core.summary, unread_bytes=core.unread_bytes)
+    if not a.in_process:
+        print(f"the same build on Spark ({a.master}) into {root / 'out-spark'} ...", flush=True)
+        spark = demo.compare_on_spark(store, root / "out-spark", out, a.master)
+        mb = core.summary.bytes_read / 1e6
+        print(f"  in process:  {core.summary.wall_s:.2f}s ({mb / core.summary.wall_s:.0f} MB/s)")
+        print(f"  on Spark:    session start {spark.session_s:.1f}s, first build {spark.first_s:.2f}s "
+              f"({mb / spark.first_s:.0f} MB/s), a second build in the same session {spark.again_s:.2f}s "
+              f"({mb / spark.again_s:.0f} MB/s); {spark.tasks} tasks, no shuffle; "
+              f"files {'identical' if spark.identical else 'DIFFER'}")
+        print(f"  Spark's fixed cost (a JVM, Python workers) pays off from about {human_bytes(spark.break_even)} of "
+              "CommitLog on this kind of machine (engine_break_even in conf/spark.json); below that `rocketidx build` "
+              "picks the in-process engine by itself, and a cluster (spark-submit) always runs on Spark.")
+    print(f"files: {', '.join(f['name'] for f in core.manifest['files'])}")
+    print("example queries (queryMsgByKey semantics, newest first):")
+    for topic, key, offsets in demo.example_lookups(store, out):
+        print(f"  {topic}#{key}: {offsets}")
+    return 0
 
 
 def add_gen_parser(sub) -> None:

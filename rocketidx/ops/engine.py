@@ -7,6 +7,9 @@ break-even mean the same for all of them.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from rocketidx.build.engine import Engine, choose_engine
 from rocketidx.config import EngineRequest
 
@@ -20,3 +23,12 @@ def engine_for(request: EngineRequest, work_bytes: int, *, spark_only: str | Non
     return choose_engine(work_bytes, in_process=request.in_process, master=request.master,
                          break_even=request.settings.break_even, spark_only=spark_only,
                          in_process_only=in_process_only)
+
+
+@contextmanager
+def held_session(request: EngineRequest) -> Iterator:
+    """A Spark session under ``request``'s settings, held across several operations (a notebook's, the
+    demo's): an operation run inside finds it active and neither starts nor stops one of its own."""
+    from rocketidx.spark.session import spark_session
+    with spark_session(request.settings, sources=False) as spark:
+        yield spark

@@ -28,3 +28,12 @@ class Progress:
 
 
 SILENT = Progress()
+
+
+@contextmanager
+def remote_reads() -> Iterator:
+    """The count of bytes and requests read from remote storage (``.bytes``, ``.requests``) while the block
+    runs, from zero: what ``-v`` reports after a command."""
+    import rocketidx.storage as storage
+    storage.READS.reset()
+    yield storage.READS

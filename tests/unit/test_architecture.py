@@ -27,8 +27,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("verify", "stats"),
     ("backfill",),
     ("spark",),  # the thin shells over the core, and the rocketmq-commitlog source
-    ("sample", "packaging"),  # off the pipeline: the sample-store generator (gen, demo), make dist's packaging
     ("ops",),  # one entry point per operation: a request in, the engine chosen, a result out (issue 33)
+    ("sample", "packaging"),  # off the pipeline: the sample store and the demo's tour of it, make dist's packaging
     ("cli",),
     ("__init__", "__main__"),  # the public API and the console script
 ]
@@ -153,6 +153,45 @@ def test_every_import_goes_down_a_layer_or_stays_in_its_folder():
 def test_no_module_imports_the_package_itself():
     offenders = [m for m, deps in import_graph().items() if "rocketidx" in deps and m != "rocketidx.__main__"]
     assert offenders == []
+
+
+# What the command line and the spark-submit jobs may import (issue 33): the operations with their request
+# and result types, the settings, errors, units, interrupts, the sample store (gen, demo) and cli's helpers.
+FRONT_ENDS_MAY_IMPORT = ("rocketidx.ops", "rocketidx.cli", "rocketidx.sample")
+FRONT_ENDS_MAY_IMPORT_EXACTLY = {"rocketidx", "rocketidx.config", "rocketidx.errors", "rocketidx.units",
+                                 "rocketidx.interrupts"}
+
+
+def front_end_imports(package: Path = PACKAGE, jobs: Path = PACKAGE.parent / "jobs") -> dict[str, set[str]]:
+    """rocketidx module -> the files of cli/ and jobs/ that import it, beyond what they may import."""
+    modules = {module_name(p, package) for p in package.rglob("*.py")}
+    graph = {m: deps for m, deps in import_graph(package).items() if m.startswith("rocketidx.cli")}
+    for path in sorted(jobs.glob("*.py")):
+        names = imported_names(ast.parse(path.read_text()), f"jobs.{path.stem}", False)
+        graph[f"jobs/{path.name}"] = {n if n in modules else n.rpartition(".")[0] for n in names
+                                      if n.startswith("rocketidx")} & modules
+    out: dict[str, set[str]] = {}
+    for where, deps in graph.items():
+        for dep in deps:
+            if dep not in FRONT_ENDS_MAY_IMPORT_EXACTLY and not dep.startswith(FRONT_ENDS_MAY_IMPORT):
+                out.setdefault(dep, set()).add(where)
+    return out
+
+
+def test_the_command_line_and_the_jobs_go_through_the_operations():
+    assert front_end_imports() == {}
+
+
+def test_the_front_end_rule_catches_a_job_reaching_into_the_library(tmp_path):
+    pkg = tmp_path / "rocketidx"
+    for rel in ("__init__.py", "cli/__init__.py", "ops/__init__.py", "ops/build.py", "build/__init__.py",
+                "build/in_process.py"):
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text("")
+    (pkg / "cli" / "__init__.py").write_text("from rocketidx.ops.build import build\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "nightly.py").write_text("def main():\n    from rocketidx.build.in_process import build_index\n")
+    assert front_end_imports(pkg, tmp_path / "jobs") == {"rocketidx.build.in_process": {"jobs/nightly.py"}}
 
 
 def test_rocketidx_has_no_import_cycle():

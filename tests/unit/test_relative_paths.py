@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rocketidx import cli
+from rocketidx import cli, config
 from rocketidx.output.safety import _same_log
 import rocketidx.storage as storage
 
@@ -55,14 +55,14 @@ def test_a_cron_job_from_another_directory_rebuilds_its_own_output(nc, monkeypat
 
 
 def test_every_path_argument_is_resolved_and_nothing_else(tmp_path, monkeypatch):
-    """The one place that resolves them (cli.resolve_paths), which the command line and both jobs call."""
+    """The one place that resolves them (config.resolve_paths), which the command line and both jobs call."""
     monkeypatch.chdir(tmp_path)
-    a = argparse.Namespace(**{name: f"rel/{name}" for name in cli.PATH_ARGS}, topic="Topic0", key="K1",
+    a = argparse.Namespace(**{name: f"rel/{name}" for name in config.PATH_ARGS}, topic="Topic0", key="K1",
                            targets="index,consumequeue", master="local[2]")
     a.store = "s3://bucket/store"
-    cli.resolve_paths(a)
-    assert {n: getattr(a, n) for n in cli.PATH_ARGS if n != "store"} == {
-        n: str(tmp_path / "rel" / n) for n in cli.PATH_ARGS if n != "store"}
+    config.resolve_paths(a)
+    assert {n: getattr(a, n) for n in config.PATH_ARGS if n != "store"} == {
+        n: str(tmp_path / "rel" / n) for n in config.PATH_ARGS if n != "store"}
     assert (a.store, a.topic, a.key, a.targets, a.master) == ("s3://bucket/store", "Topic0", "K1",
                                                               "index,consumequeue", "local[2]")
 
@@ -115,7 +115,7 @@ def test_a_word_that_is_not_a_path_stays_a_word(tmp_path, monkeypatch):
     """``--time-index none`` means no time index, not a directory named none (it once became <cwd>/none)."""
     import argparse
 
-    from rocketidx.cli import resolve_paths
+    from rocketidx.config import resolve_paths
     monkeypatch.chdir(tmp_path)
     a = argparse.Namespace(time_index="none", out="o")
     resolve_paths(a)
