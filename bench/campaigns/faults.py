@@ -1,5 +1,5 @@
 """The fault campaign of issue 12, kept in the repository: ``make faults`` (a small sample runs in the unit
-suite, tests/unit/test_faults_sample.py).
+suite, tests/campaigns/test_faults_sample.py).
 
 Nine parts, each printing counts per outcome and keeping a reproducer for every failure under
 ``bench-data/faults/repro/<part>-<n>/`` (the inputs, the command and the traceback):

@@ -85,7 +85,7 @@ def test_scenarios_split_into_small_pieces(spark, core_builds, tmp_path, name):
     assert _summary(summary.as_dict()) == _summary(core_summary)
 
 
-# Records whose PHYSICALOFFSET field is not their position (the cases of tests/unit/test_build_verify_agree.py):
+# Records whose PHYSICALOFFSET field is not their position (the cases of tests/unit/verify/test_build_verify_agree.py):
 # record -> its field, an int or "@k" for record k's position (two messages then share one offset).
 LYING = {
     "far ahead": {3: 10**6},  # everything after it in its window is below endPhyOffset

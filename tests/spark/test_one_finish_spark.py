@@ -1,4 +1,4 @@
-"""Spark's plans end in the one finish too (issue 33; the in-process plans: tests/unit/test_one_finish.py):
+"""Spark's plans end in the one finish too (issue 33; the in-process plans: tests/unit/build/test_one_finish.py):
 the direct plan, whole and a range, and the shuffle plan are validated and committed by
 :func:`rocketidx.build.finish.finish_build` once each, with RocketMQ's bytes."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Spark build to an ``s3://`` output on the test S3 server: the golden bytes and the in-process manifest,
 a rebuild replaces the output (keeping the replaced version for its readers until the next build), a held
 lock or a failed commit leaves the previous output readable; a ``file://`` output is the local disk, sparse
-(the output alone is tested without a JVM in tests/unit/test_outputs.py)."""
+(the output alone is tested without a JVM in tests/unit/output/test_outputs.py)."""
 from __future__ import annotations
 
 import json

@@ -1,7 +1,7 @@
 """The Spark build against the test S3 server (tests/support/s3server.py): every golden case from an ``s3://``
 CommitLog into an ``s3://`` output on ``local[2]`` is byte-identical and answers remote queries; Spark's
 verify and stats read the remote output; a killed build leaves the previous remote output readable. (Two
-builds racing for one remote output: tests/unit/test_remote_store.py, with in-process builds.)"""
+builds racing for one remote output: tests/unit/output/test_remote_store.py, with in-process builds.)"""
 from __future__ import annotations
 
 import json

@@ -3,7 +3,7 @@
 Each case runs the core's :func:`verify_index` and the Spark version on the same opened files and asserts
 the two reports are equal as a whole (problems in order with file, byte offset, kind and detail; counts;
 file summaries; entries checked and expected; covered range), with the CommitLog cut into splits that
-end inside records. The damage cases are those of tests/unit/test_verify.py (its fixture and helpers),
+end inside records. The damage cases are those of tests/unit/verify/test_verify.py (its fixture and helpers),
 plus listing caps, a subset of files with open ends, items pointing at a message that makes no entry,
 and an item past an invalid record, which only the broker-recovery view of the splits leaves out.
 """
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import unit.test_verify as core_cases
+import unit.verify.test_verify as core_cases
 from refdata import GOLDEN, golden_params, load_case
-from unit.test_verify import G3, ITEMS, SLOTS, config_for, item_at, kinds_at
+from unit.verify.test_verify import G3, ITEMS, SLOTS, config_for, item_at, kinds_at
 
 from rocketidx.build.in_process import build_index
 from rocketidx.commitlog.readers import CommitLogReader, read_segment
@@ -281,7 +281,7 @@ def test_cli_verify_on_spark_prints_the_in_process_report(spark, damaged, capsys
 @pytest.mark.parametrize("case", ["far ahead", "onto a later record"])
 def test_misplaced_offsets_on_spark_give_the_core_report(spark, tmp_path, case):
     """Issue 12, point 3: a bare reading finds the misplaced field itself and judges in one held pass."""
-    from unit.test_build_verify_agree import MOVES, _store
+    from unit.verify.test_build_verify_agree import MOVES, _store
     from rocketidx.config import BuildConfig
     store = _store(tmp_path / "store", MOVES[case])
     build_index(store, tmp_path / "out", BuildConfig(hash_slot_num=101, index_num=400, window_ms=1000))

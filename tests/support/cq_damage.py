@@ -1,4 +1,4 @@
-"""The ConsumeQueue damage campaign shared by the verify tests (tests/unit/test_verify_queues.py, and on Spark
+"""The ConsumeQueue damage campaign shared by the verify tests (tests/unit/verify/test_verify_queues.py, and on Spark
 tests/spark/test_consumequeue_spark.py): each kind of damage done to a copy of reference queue files, and what
 verify must report it as, with the CommitLog and from the files alone."""
 from __future__ import annotations

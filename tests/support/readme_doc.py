@@ -2,9 +2,9 @@
 paragraphs with the file and headings they sit under, shell command lines (continuations joined, comments
 dropped) split into the program that runs and its arguments, and the inline code spans of the prose.
 
-Used by tests/unit/test_readme_flags.py (every flag shown is real, every real flag is in docs/cli.md),
+Used by tests/docs/test_readme_flags.py (every flag shown is real, every real flag is in docs/cli.md),
 tests/spark/test_readme_recipe.py (the local spark-submit recipe runs as written) and
-tests/unit/test_readme_remote_example.py (so does the remote-store example).
+tests/docs/test_readme_remote_example.py (so does the remote-store example).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Broker stores made from the reference cases, and the crash scenarios issue 23 names, for the store tests
-(tests/unit/test_verify_store.py, and on Spark tests/spark/test_consumequeue_spark.py)."""
+(tests/unit/verify/test_verify_store.py, and on Spark tests/spark/test_consumequeue_spark.py)."""
 from __future__ import annotations
 
 import json

@@ -249,3 +249,15 @@ def test_importing_a_core_module_loads_no_pyspark(module):
     code = f"import sys, {module}; print('pyspark' in sys.modules or any(m.startswith('py4j') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_every_test_folder_is_collected():
+    """tests/ mirrors the package, so a test folder may bear a name pytest skips by default (``build``): the
+    folders under tests/ that hold tests match none of pyproject.toml's ``norecursedirs``."""
+    import fnmatch
+    import tomllib
+    root = PACKAGE.parent
+    skipped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["norecursedirs"]
+    folders = {p.parent.relative_to(root / "tests") for p in (root / "tests").rglob("test_*.py")}
+    assert [str(f) for f in folders if any(fnmatch.fnmatch(part, pat) for part in f.parts for pat in skipped)] == []
+

@@ -168,7 +168,7 @@ def test_the_jobs_follow_the_release_they_are_given(two_stores, tmp_path):
     import importlib.util
     import shutil
     from pathlib import Path
-    jobs = Path(__file__).resolve().parents[2] / "jobs"
+    jobs = Path(__file__).resolve().parents[3] / "jobs"
 
     def job(name):
         spec = importlib.util.spec_from_file_location(f"job_{name}", jobs / f"{name}.py")

@@ -24,7 +24,7 @@ from rocketidx.output.target import read_manifest
 from rocketidx.verify.core import BuildRead, open_for_verify, verify_index
 from rocketidx.verify.report import VerifyReport
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from scenarios import BASIC, lay_segment, props, write_segments  # noqa: E402
 
 T0 = 1_700_000_000_000

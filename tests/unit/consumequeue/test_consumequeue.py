@@ -32,7 +32,7 @@ from rocketidx.output.open import open_consumequeues
 CQ_CASES = [c for c in GOLDEN_CASES if (c / "expected" / "cq-manifest.json").exists()]
 # The rules the golden cases skip, with RocketMQ's own answers (tests/reference/cq-spec/README.md); the s10
 # cases stop reading at a DELAY or INNER_NUM/INNER_BASE that Java cannot parse.
-SPEC = Path(__file__).resolve().parents[1] / "reference" / "cq-spec"
+SPEC = Path(__file__).resolve().parents[2] / "reference" / "cq-spec"
 SPEC_CASES = sorted(p for p in SPEC.glob("s[0-9]*") if (p / "case.json").exists()) if SPEC.exists() else []
 
 

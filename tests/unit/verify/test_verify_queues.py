@@ -59,7 +59,7 @@ def test_the_command_line_reports_and_exits_1(tmp_path, capsys):
 
 
 def test_a_custom_delay_table_needs_the_brokers_conf_to_verify_clean(capsys):
-    case = Path(__file__).resolve().parents[1] / "reference" / "cq-spec" / "s02-delay-levels-custom-table"
+    case = Path(__file__).resolve().parents[2] / "reference" / "cq-spec" / "s02-delay-levels-custom-table"
     args = ["verify", "--consumequeue", str(case / "expected" / "consumequeue"), "--commitlog", str(case / "commitlog")]
     assert main(args + ["--broker-conf", str(case / "broker.conf"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["clean"]

@@ -48,7 +48,7 @@ def test_spark_submit_always_means_spark(monkeypatch):
 
 
 def test_the_break_even_is_a_documented_default_in_conf():
-    settings = load_spark_settings(Path(__file__).resolve().parents[2] / "conf" / "spark.json")
+    settings = load_spark_settings(Path(__file__).resolve().parents[3] / "conf" / "spark.json")
     assert settings.break_even == DEFAULT_BREAK_EVEN == int(8.5 * 1024**3)  # what make bench measured
 
 

@@ -233,7 +233,7 @@ def test_a_kept_file_after_one_the_broker_deletes_is_replaced_too(tmp_path, monk
     replaces file 1 as well (the kept files stay a prefix). Found by make faults' indexloss part: before, file
     0's keys were lost after the repair."""
     import sys
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "campaigns"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench" / "campaigns"))
     import index_loss_faults
     from index_loss_faults import step_clock_back
     store, files = broker_store(tmp_path, 8000)

@@ -12,7 +12,7 @@ import pytest
 
 from rocketidx.cli import main
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from scenarios import BASIC, lay_segment, props, write_segments  # noqa: E402
 
 T0 = 1_700_000_000_000

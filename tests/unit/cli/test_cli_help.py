@@ -86,7 +86,7 @@ def test_the_help_of_the_command_line_and_the_jobs_says_the_exit_codes():
     import subprocess
     import sys
     from pathlib import Path
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     for cmd in ([sys.executable, "-m", "rocketidx", "--help"], [sys.executable, str(root / "jobs/nightly_rebuild.py"),
                 "--help"], [sys.executable, str(root / "jobs/backfill.py"), "--help"]):
         out = " ".join(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split())

@@ -225,7 +225,7 @@ def own_signal_handlers():
 
 def test_the_nightly_job_applies_the_same_rules_before_spark_starts(store, whole, capsys, own_signal_handlers):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("nightly", Path(__file__).parents[2] / "jobs" / "nightly_rebuild.py")
+    spec = importlib.util.spec_from_file_location("nightly", Path(__file__).parents[3] / "jobs" / "nightly_rebuild.py")
     job = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(job)
     before = tree(whole)

@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # pip's own notices about its configuration (an --extra-index-url directory that does not exist on this
 # machine, say) are the machine's, not the package's.
 PIP_CONFIG_NOTICE = re.compile(r"^(\x1b\[\d+m)*WARNING: Location '.*' is ignored")
