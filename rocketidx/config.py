@@ -30,6 +30,43 @@ TARGETS = ("index", "consumequeue")  # what a build can write, in the order the 
 SIZE_FIELDS = "hash_slot_num, index_num"  # the option an IndexFile too large to map is blamed on
 
 
+# Which records' light-queue names a release's dispatch leaves out, by the record's topic (the broker's
+# checkMultiDispatchQueue; read in each release's rocketmq-store sources):
+LMQ_TOPIC_RULES = {
+    "none": "every topic (4.9.x, 5.0.x, 5.1.0)",
+    "5.1.1": "%RETRY% topics (5.1.1)",
+    "5.1.3": "%RETRY% topics, rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (5.1.3, 5.1.4; 5.1.2 is not served)",
+    "5.2": "%RETRY% topics, rmq_sys_* and SCHEDULE_TOPIC_XXXX (5.2.0 on)",
+}
+
+
+@dataclass(frozen=True)
+class LightQueues:
+    """The light queues a broker's dispatch writes (``enableMultiDispatch=true`` in its broker.conf): the
+    units of a message's ``INNER_MULTI_DISPATCH`` names. ``enable_lmq``: ``enableLmq`` (a ``%LMQ%`` name's
+    queue id is 0, else the record's); ``topics``: the release's rule for which records' names are
+    dispatched (a key of :data:`LMQ_TOPIC_RULES`)."""
+
+    enable_lmq: bool = False
+    topics: str = "5.2"
+
+    def __post_init__(self) -> None:
+        if self.topics not in LMQ_TOPIC_RULES:
+            raise ConfigError("light queue rules", self.topics, f"one of {', '.join(LMQ_TOPIC_RULES)}")
+
+    def dispatches(self, topic: str) -> bool:
+        """Whether a record of ``topic`` has its light-queue units written, under this release's rule."""
+        if self.topics == "none":
+            return True
+        if topic.startswith(L.RETRY_TOPIC_PREFIX):
+            return False
+        if self.topics == "5.1.1":
+            return True
+        if topic == L.SCHEDULE_TOPIC:
+            return False
+        return topic != L.TIMER_TOPIC if self.topics == "5.1.3" else not topic.startswith(L.SYSTEM_TOPIC_PREFIX)
+
+
 @dataclass(frozen=True)
 class BuildConfig:
     hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM
@@ -41,6 +78,7 @@ class BuildConfig:
     targets: tuple[str, ...] = ("index",)  # what a build writes: index, consumequeue, or both
     cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE  # mappedFileSizeConsumeQueue as configured (rounded up to 20)
     delay_levels: str = L.DEFAULT_DELAY_LEVELS  # messageDelayLevel: delayed messages' tagsCode
+    light_queues: LightQueues | None = None  # with enableMultiDispatch: the light queues' rules (else None)
 
     def __post_init__(self) -> None:
         if not isinstance(self.hash_slot_num, int) or self.hash_slot_num < 1:
@@ -137,7 +175,8 @@ BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNu
 # What a restart re-dispatches depends on these too (``verify --store``, rocketidx.verify.restart). The broker
 # reads a boolean with Boolean.parseBoolean (``true`` in any case is true, anything else false) and
 # flushDiskType with FlushDiskType.valueOf.
-BROKER_SWITCHES = ("messageIndexEnable", "messageIndexSafe")
+BROKER_SWITCHES = ("messageIndexEnable", "messageIndexSafe", "enableLmq", "enableMultiDispatch",
+                   "rocksdbCQDoubleWriteEnable", "combineCQUseRocksdbForLmq")
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 _DELAY_WORD = re.compile(r"^[0-9]+[smhd]$")
 
@@ -210,6 +249,7 @@ class BrokerRelease:
     given: str | None
     line: str  # the restart model's release line: 5.x (8fc57f1), 5.5.x or 4.9.x (rocketidx.verify.restart)
     tag_entries: bool  # 5.4.0 on: IndexService.buildIndex adds topic#T#TAGS per tagged message
+    lmq_topics: str = "5.2"  # which records' light-queue names are dispatched (LMQ_TOPIC_RULES)
 
     @property
     def rules(self) -> str:
@@ -229,12 +269,33 @@ def broker_release(text: str | None) -> BrokerRelease:
     t = text.strip().lower().removeprefix("rocketmq-all-").removeprefix("v")
     m = _RELEASE.match(t)
     if m and m.group(1) == "4":
-        return BrokerRelease(text.strip(), "4.9.x", False)
+        return BrokerRelease(text.strip(), "4.9.x", False, "none")
     if m and m.group(1) == "5":
         minor = int(m.group(2)) if m.group(2) not in (None, "x") else None
+        patch = int(m.group(3)) if m.group(3) not in (None, "x") else None
         return BrokerRelease(text.strip(), "5.5.x" if minor is not None and minor >= 5 else "5.x",
-                             minor is not None and minor >= 4)
+                             minor is not None and minor >= 4, _lmq_topics(minor, patch))
     raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.3, 5.5.0)")
+
+
+def _lmq_topics(minor: int | None, patch: int | None) -> str:
+    """The light-queue topic rule of release 5.minor.patch (None: not given, the newest of that line)."""
+    if minor is None or minor >= 2:
+        return "5.2"
+    if minor == 0:
+        return "none"
+    return "none" if patch == 0 else "5.1.1" if patch == 1 else "5.1.3"
+
+
+def light_queues(broker: Mapping[str, object], release: BrokerRelease) -> LightQueues | None:
+    """The light queues a broker started with ``broker`` (its broker.conf settings) writes to files: None
+    without ``enableMultiDispatch``, or where a 5.5 broker keeps them in RocksDB only
+    (``rocksdbCQDoubleWriteEnable`` and ``combineCQUseRocksdbForLmq``, MultiDispatchUtils)."""
+    if not broker.get("enableMultiDispatch"):
+        return None
+    if broker.get("rocksdbCQDoubleWriteEnable") and broker.get("combineCQUseRocksdbForLmq"):
+        return None
+    return LightQueues(bool(broker.get("enableLmq")), release.lmq_topics)
 
 
 # --- where conf/ is, and what a settings file the user did not name falls back to ---------------------------
@@ -256,9 +317,11 @@ _FROM_BROKER = {"hash_slot_num": "maxHashSlotNum", "index_num": "maxIndexNum",
 def build_settings(conf: str | os.PathLike | None = None, broker_conf: str | os.PathLike | None = None, *,
                    hash_slot_num: int | None = None, index_num: int | None = None, cq_file_size: int | None = None,
                    window_ms: int | None = None, timezone: str | None = None, check_crc: bool | None = None,
-                   targets: str | tuple[str, ...] | None = None) -> tuple[BuildConfig, dict[str, str]]:
+                   targets: str | tuple[str, ...] | None = None, release: BrokerRelease | None = None
+                   ) -> tuple[BuildConfig, dict[str, str]]:
     """The build's settings and where each of the broker's four came from: a flag (the keywords; None: not
-    given), else the broker's properties file (``broker_conf``), else ``conf``, else the default."""
+    given), else the broker's properties file (``broker_conf``), else ``conf``, else the default. The light
+    queues come from the broker's file alone, under ``release``'s rules."""
     broker = broker_settings(broker_conf) if broker_conf else {}
     flags = {"hash_slot_num": hash_slot_num, "index_num": index_num, "cq_file_size": cq_file_size}
     from_broker = {k: broker.get(key) for k, key in _FROM_BROKER.items()}
@@ -267,6 +330,7 @@ def build_settings(conf: str | os.PathLike | None = None, broker_conf: str | os.
         cfg = load_config(conf, window_ms=window_ms, timezone=timezone, check_crc=check_crc, targets=targets, **chosen)
     except ConfigError as e:
         raise _as_given(e, conf, flags, from_broker) from None
+    cfg = replace(cfg, light_queues=light_queues(broker, release or broker_release(None)))
     in_conf = conf_settings(conf)
     said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
             else "conf" if in_conf.get(k, getattr(BuildConfig(), k)) != getattr(BuildConfig(), k) else "default"
@@ -443,6 +507,7 @@ class BackfillRequest:
     delay_levels: str = L.DEFAULT_DELAY_LEVELS
     release: BrokerRelease = BrokerRelease(None, "5.x", False)
     engine: EngineRequest = EngineRequest()
+    light_queues: LightQueues | None = None  # the broker's enableMultiDispatch: its light queues are rebuilt too
 
 
 def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFILL_TARGETS), dry_run: bool = False,
@@ -464,7 +529,7 @@ def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFI
         timezone, check_crc, remove_unexplained, size and L.cq_file_size(size),
         broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), broker_release(broker_version),
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
-                       partitions=partitions))
+                       partitions=partitions), light_queues(broker, broker_release(broker_version)))
 
 
 # --- the build's request ------------------------------------------------------------------------------------
@@ -511,14 +576,15 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
                   partitions: int | None = None) -> BuildRequest:
     """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
     ``--time-index`` flag spells it: None for the default, "none", or a directory)."""
+    release = broker_release(broker_version)
     cfg, said = build_settings(conf, broker_conf, hash_slot_num=hash_slot_num, index_num=index_num,
                                cq_file_size=cq_file_size, window_ms=window_ms, timezone=timezone,
-                               check_crc=check_crc, targets=targets)
+                               check_crc=check_crc, targets=targets, release=release)
     setting = time_index_setting(time_index)
     return BuildRequest(
         str(commitlog), str(out), cfg, said, from_offset, to_offset, from_time_ms, to_time_ms,
         time_index_dir(setting, out), setting not in (None, TIME_INDEX_AUTO), overwrite, strict,
-        None if broker_conf is None else str(broker_conf), broker_release(broker_version),
+        None if broker_conf is None else str(broker_conf), release,
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
                        partitions=partitions, read_spark_conf=not in_process))
 
@@ -585,6 +651,11 @@ class VerifyRequest:
     def delay_levels(self) -> str | None:
         """The broker's messageDelayLevel, when its properties file sets it (None: the broker's default)."""
         return self.broker.get("messageDelayLevel")
+
+    @property
+    def light_queues(self) -> LightQueues | None:
+        """The light queues the broker's settings and release make (None: no enableMultiDispatch)."""
+        return light_queues(self.broker, broker_release(self.broker_version))
 
 
 def verify_request(*, index: str | None = None, consumequeue: str | None = None, store: str | None = None,

@@ -212,6 +212,14 @@ SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"  # TopicValidator.RMQ_SYS_SCHEDULE
 PROPERTY_DELAY: Final = "DELAY"  # MessageConst.PROPERTY_DELAY_TIME_LEVEL
 PROPERTY_INNER_NUM: Final = "INNER_NUM"
 PROPERTY_INNER_BASE: Final = "INNER_BASE"
+# Light queues (LMQ): a message carrying both properties is also dispatched, after its own unit, as one unit
+# per name into consumequeue/<name>/<queueId>/ at the offset the broker wrote for it (multiDispatchLmqQueue).
+PROPERTY_INNER_MULTI_DISPATCH: Final = "INNER_MULTI_DISPATCH"  # MessageConst: the names, ","-separated
+PROPERTY_INNER_MULTI_QUEUE_OFFSET: Final = "INNER_MULTI_QUEUE_OFFSET"  # the offsets, in the names' order
+LMQ_PREFIX: Final = "%LMQ%"  # MixAll.LMQ_PREFIX: with enableLmq, such a name's queue id is 0
+RETRY_TOPIC_PREFIX: Final = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
+SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"  # TopicValidator.SYSTEM_TOPIC_PREFIX
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
 DEFAULT_DELAY_LEVELS: Final = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
 
 

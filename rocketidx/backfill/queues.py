@@ -25,13 +25,25 @@ from rocketidx.broker.store import BrokerStore
 import rocketidx.backfill.swap as swap
 from rocketidx.errors import StoreLayoutError
 from rocketidx.output.local import same_bytes
-from rocketidx.verify.queues import rebuild_in_process, unexplained_why
+from rocketidx.verify.queues import UNLOADED_WHY, rebuild_in_process, unexplained_why
 
 ACTIONS = ("keep", "replace", "write", "remove")
 
 
+
+
+def unloaded_dirs(cq_dir: Path) -> dict[str, str]:
+    """``topic/name`` -> why, for each directory under a topic directory that is not named by an int: the
+    broker's load (loadConsumeQueue) skips it, and so does a repair."""
+    if not cq_dir.is_dir():
+        return {}
+    return {f"{t}/{q}": UNLOADED_WHY for t in sorted(os.listdir(cq_dir)) if (cq_dir / t).is_dir()
+            for q in sorted(os.listdir(cq_dir / t)) if (cq_dir / t / q).is_dir() and not q.lstrip("-").isdigit()}
+
+
 def queue_files(cq_dir: Path) -> dict[str, int]:
-    """``topic/queueId/name`` -> size of every queue file under ``cq_dir``; anything else there is refused."""
+    """``topic/queueId/name`` -> size of every queue file under ``cq_dir``; a directory the broker's load skips
+    (:func:`unloaded_dirs`) is left out, anything else there refused."""
     out: dict[str, int] = {}
     if not cq_dir.is_dir():
         return out
@@ -42,7 +54,9 @@ def queue_files(cq_dir: Path) -> dict[str, int]:
                                               "out of consumequeue/ first")
         for qid in sorted(os.listdir(tdir)):
             qdir = tdir / qid
-            if not qdir.is_dir() or not qid.lstrip("-").isdigit():
+            if qdir.is_dir() and not qid.lstrip("-").isdigit():
+                continue  # the broker's load skips it: unloaded_dirs
+            if not qdir.is_dir():
                 raise StoreLayoutError(str(qdir), "not a queue directory (named by a decimal queue id); move it out "
                                                   "of consumequeue/ first")
             for name in sorted(os.listdir(qdir)):
@@ -108,7 +122,8 @@ class QueuePlan:
 
 
 def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int | None = None,
-                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True) -> QueuePlan:
+                    delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS, check_crc: bool = True,
+                    light_queues=None) -> QueuePlan:
     """Rebuild the store's queues under ``scratch`` in this process (one pass, as the broker's dispatch) and
     compare file by file (:func:`compare_queues`). ``cq_file_size``: the size where no queue file of the store
     tells it (the store's own files win: they are what the broker loads). The repair itself
@@ -116,7 +131,7 @@ def make_queue_plan(store: str | os.PathLike, scratch: str, *, cq_file_size: int
     store = BrokerStore.open(store)
     files = queue_files(store.consumequeue)
     size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
-    rebuilt, _, _ = rebuild_in_process(store.segments(), scratch, size, delays_ms, check_crc)
+    rebuilt, _, _ = rebuild_in_process(store.segments(), scratch, size, delays_ms, check_crc, light_queues)
     return compare_queues(store, files, size, size_from, Path(rebuilt))
 
 
@@ -134,6 +149,7 @@ def compare_queues(store: BrokerStore, files: dict[str, int], size: int, size_fr
     cq_dir = store.consumequeue
     plan = QueuePlan(str(store), size, size_from, rebuilt=str(rebuilt))
     plan.skipped = {t: why for t, why in skip_topics.items()}
+    plan.unexplained.update(unloaded_dirs(cq_dir))  # never touched, with or without remove_unexplained
     built_queues = {rel.rsplit("/", 1)[0] for rel in built}
     built_topics = {topic_of(rel) for rel in built}
     for rel in sorted(set(built) | set(files)):

@@ -54,9 +54,10 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                  hash_slot_num: int | None = None, index_num: int | None = None, window_ms: int = 0,
                  timezone_name: str = "local", cq_file_size: int | None = None,
                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
-                 builder=None, log=print, remove_unexplained: bool = False) -> StoreRepair:
+                 builder=None, log=print, remove_unexplained: bool = False, light_queues=None) -> StoreRepair:
     """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
-    only. ``cq_file_size``: the queue file size where no queue file of the store tells it.
+    only. ``cq_file_size``: the queue file size where no queue file of the store tells it; ``light_queues``:
+    the broker's light-queue rules (its enableMultiDispatch), whose queues are rebuilt like any other.
 
     Guards, each said in one line: a ``consumequeue/`` that is a RocksDB database drops the queue target; a
     BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
@@ -96,7 +97,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
-                             delay_levels=delay_levels)
+                             delay_levels=delay_levels, light_queues=light_queues)
         stamp = swap.new_stamp()
         out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
             else swap.staging_dir(store, "consumequeue", stamp)

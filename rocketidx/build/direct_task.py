@@ -37,6 +37,7 @@ from rocketidx.commitlog.readers import read_split
 from rocketidx.consumequeue.runs import SplitQueues
 from rocketidx.commitlog.splits import FINAL_STOPS, RangeInfo, ResolvedStops, SplitSpec, resolve_stops
 from rocketidx.commitlog.timeindex import DEFAULT_BLOCK_BYTES, BlockCollector, plan_slice
+from rocketidx.config import LightQueues
 from rocketidx.index.windows import assign_windows
 from rocketidx.output.local import TASKS_DIR
 from rocketidx.output.target import TaskFiles
@@ -59,6 +60,7 @@ class WriterParams:
     # Set: the pieces a task counts also feed the ConsumeQueues (delayed messages' delay table), one read for
     # both targets (rocketidx.build.queues.finish_read writes each piece's entries beside the task's files).
     queue_delays: tuple[int, ...] | None = None
+    queue_light: LightQueues | None = None  # with queue_delays: the light queues' rules (None: none)
 
     @property
     def sizes(self) -> WriterSizes:
@@ -119,7 +121,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
                     info = done.value
                     break
                 if queues is not None:
-                    queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.queue_delays))
+                    queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.queue_delays,
+                                                        params.queue_light))
                 e = chunk.entries
                 ts = e.column("store_timestamp_ms").to_numpy()
                 phy = e.column("phy_offset").to_numpy()

@@ -142,7 +142,7 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
         if summary.phy_mismatch is None:
             summary.phy_mismatch = first_misplaced(seg, recs)
         if queues is not None:
-            queues.add(seg, dispatch(buf, seg, recs, delays))
+            queues.add(seg, dispatch(buf, seg, recs, delays, config.light_queues))
         summary.rollback_skipped += rollback_count(recs)
         if entries is not None:
             positions = entry_positions(buf, seg, recs, entries)
@@ -205,7 +205,8 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
         try:
             figures: dict = {}
             params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
-                                  queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None)
+                                  queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None,
+                                  queue_light=config.light_queues)
             ran = None
             if config.index:
                 # One task owns every window: no strays, no resync.
@@ -224,7 +225,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                                       resolved, config.queue_file_size, staging.path)
             elif config.consumequeue:
                 queues = build_queues(segments, spec, config.queue_file_size, delay_levels_ms(config.delay_levels),
-                                      staging.path)
+                                      staging.path, light_queues=config.light_queues)
                 ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,

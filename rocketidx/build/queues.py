@@ -33,6 +33,7 @@ from typing import Callable
 import pyarrow as pa
 
 from rocketidx.commitlog.dispatch import dispatch
+from rocketidx.config import LightQueues
 from rocketidx.commitlog.readers import read_split
 from rocketidx.commitlog.segments import Segment, SegmentRange
 from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, plan_splits, resolve_stops
@@ -61,6 +62,7 @@ class ReadResult:
     bad_topic: BadTopic | None
     cpu_ms: int = 0
     worker_rss_kb: int = 0
+    left_out: dict | None = None  # light-queue units the rules left out, by reason (None: no light queues)
 
     def table(self) -> pa.Table:
         return pa.ipc.open_stream(self.runs).read_all()
@@ -73,6 +75,7 @@ class ReadParams:
     staging: str  # the version directory: pieces go under its _tasks/
     spec: SplitSpec
     delays_ms: tuple[int, ...]
+    light_queues: LightQueues | None = None
 
 
 def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadResult:
@@ -88,7 +91,8 @@ def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadR
         except StopIteration as done:
             info: RangeInfo = done.value
             break
-        queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms))
+        queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms,
+                                           params.light_queues))
     try:
         return finish_read(queues, info, files, "units", usage)
     finally:
@@ -107,7 +111,7 @@ def finish_read(queues: SplitQueues, info: RangeInfo, files: TaskFiles, name: st
     with pa.ipc.new_stream(sink, RUN_ROWS) as w:
         w.write_table(runs)
     return ReadResult(queues.split, info, sink.getvalue(), queues.negative, queues.bad_topic,
-                      usage.cpu_ms if usage else 0, usage.peak_rss_kb if usage else 0)
+                      usage.cpu_ms if usage else 0, usage.peak_rss_kb if usage else 0, queues.left_out or None)
 
 
 def write_task(plans: list[FilePlan], staging: str, file_size: int, sync: bool = True) -> dict:
@@ -171,14 +175,15 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
                  staging: str, *,
                  run_reads: Callable[[list[SegmentRange], ReadParams], list[ReadResult]] = local_reads,
                  run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
-                 write_tasks: int = 1, sync: bool = True) -> QueuesBuilt:
+                 write_tasks: int = 1, sync: bool = True, light_queues: LightQueues | None = None) -> QueuesBuilt:
     """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
-    docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``:
+    docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``, with
+    ``light_queues`` the light queues too:
     ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups, staging,
     file_size, sync)`` :func:`write_task` on each group of file plans. ``sync=False``: a scratch rebuild
     (verify's), whose files no one keeps, skips the fsyncs."""
     staging = _for_tasks(staging)
-    params = ReadParams(staging, spec, tuple(delays_ms))
+    params = ReadParams(staging, spec, tuple(delays_ms), light_queues)
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
         reads = run_reads(splits, params) if splits else []
@@ -227,10 +232,19 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
                 "queues": [q.as_dict() for q in queues], "entries": sum(q.entries for q in queues),
                 "files": sum(len(q.files) for q in queues),
                 "dropped": {"repeated": settled.dropped_repeated, "below_max_physic_offset": settled.dropped_below_max,
-                            "negative_queue_offset": sum(r.negative for r in counted)},
+                            "negative_queue_offset": sum(r.negative for r in counted), **_left_out(counted)},
                 "gaps": settled.gaps}
     return QueuesBuilt(manifest, queues, resolved, infos, reads, writes,
                        len(reads) if splits is None else splits)
+
+
+def _left_out(reads: list[ReadResult]) -> dict[str, int]:
+    """The light-queue units the reads' rules left out, by reason (nothing without light queues)."""
+    out: dict[str, int] = {}
+    for r in reads:
+        for reason, count in (r.left_out or {}).items():
+            out[reason] = out.get(reason, 0) + count
+    return out
 
 
 def _for_tasks(staging: str) -> str:

@@ -30,6 +30,7 @@ from rocketidx.commitlog.keys import java_string_hash
 from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.javaparse import java_parse_integer
 from rocketidx.commitlog.segments import Segment
+from rocketidx.config import LightQueues
 from rocketidx.errors import ConfigError, CorruptRecordError
 
 _DELAY_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}  # ScheduleMessageService
@@ -70,13 +71,16 @@ class Dispatched(NamedTuple):
     size: np.ndarray  # int32, TOTALSIZE
     tags_code: np.ndarray  # int64
     position: np.ndarray  # int64, the record's segment offset (for errors)
+    left_out: tuple[tuple[str, int], ...] = ()  # light-queue units the rules left out: (reason, count)
 
     def __len__(self) -> int:
         return len(self.queue_id)
 
 
-def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS) -> Dispatched:
-    """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring)."""
+def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
+             light_queues: LightQueues | None = None) -> Dispatched:
+    """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring); with ``light_queues``, each
+    record's light-queue units follow its own entry (:func:`_with_light_queues`)."""
     tx = recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK
     recs = recs[(tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)]
     u8 = np.frombuffer(buf, np.uint8, seg.size)
@@ -90,9 +94,118 @@ def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = D
     if L.SCHEDULE_TOPIC in topics:
         scheduled = topic_index == topics.index(L.SCHEDULE_TOPIC)
         tags_code = _delayed(seg, u8, recs, scheduled, store_ts, tags_code, delays_ms)
-    return Dispatched(topics, topic_index, recs[:, L.REC_QUEUE_ID].astype(np.int32), recs[:, L.REC_QUEUE_OFFSET],
-                      recs[:, L.REC_PHY].astype(np.int64), recs[:, L.REC_TOTAL].astype(np.int32), tags_code,
-                      P.astype(np.int64))
+    out = Dispatched(topics, topic_index, recs[:, L.REC_QUEUE_ID].astype(np.int32), recs[:, L.REC_QUEUE_OFFSET],
+                     recs[:, L.REC_PHY].astype(np.int64), recs[:, L.REC_TOTAL].astype(np.int32), tags_code,
+                     P.astype(np.int64))
+    return out if light_queues is None else _with_light_queues(u8, recs, out, light_queues)
+
+
+def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: LightQueues) -> Dispatched:
+    """``d`` with the light-queue units of its records (``multiDispatchLmqQueue``), each right after its
+    record's own entry, in the names' order, so every queue sees its units in CommitLog order.
+
+    A record of a topic the release dispatches, carrying both ``INNER_MULTI_DISPATCH`` and
+    ``INNER_MULTI_QUEUE_OFFSET`` (neither blank), makes one unit per name: the record's offset, size and
+    tagsCode, at the queue offset the second list gives for it, in queue ``name``/0 where ``enable_lmq``
+    and the name starts with ``%LMQ%``, else ``name``/the record's queue id. Both lists are split as Java's
+    ``String.split(",")`` splits (trailing empty items dropped); lists of different lengths make no unit.
+    Left out and counted (``left_out``, which the queue writers add to what they dropped): a name holding ``/`` (5.1.2 on the broker skips
+    it; before, it wrote a nested directory its own restart never loads) and an offset ``Long.parseLong``
+    rejects (on which the broker's dispatch throws).
+    """
+    d = _left(d, (("light_queue_name_holds_separator", 0), ("light_queue_offset_not_a_long", 0)))
+    wanted = np.asarray([rules.dispatches(t) for t in d.topics], bool)
+    rows = np.flatnonzero(wanted[d.topic_index]) if len(d) else np.zeros(0, np.int64)
+    if not len(rows):
+        return d
+    sub = recs[rows]
+    data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
+    found = property_ranges(data, offs, [L.PROPERTY_INNER_MULTI_DISPATCH, L.PROPERTY_INNER_MULTI_QUEUE_OFFSET])
+    has_names, n_start, n_len = found[L.PROPERTY_INNER_MULTI_DISPATCH]
+    has_offsets, o_start, o_len = found[L.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
+    both = np.flatnonzero(has_names & has_offsets)
+    if not len(both):
+        return d
+    names = _java_split(_strings(data, n_start[both], n_len[both]))
+    offsets = _java_split(_strings(data, o_start[both], o_len[both]))
+    n_count = pc.list_value_length(names).to_numpy(zero_copy_only=False)
+    o_count = pc.list_value_length(offsets).to_numpy(zero_copy_only=False)
+    same = n_count == o_count
+    record = np.repeat(rows[both][same], n_count[same])  # the unit's row in d
+    flat_names = pc.list_flatten(names.filter(pa.array(same)))
+    flat_offsets = pc.list_flatten(offsets.filter(pa.array(same)))
+    parsed, throws = _java_parse_longs(flat_offsets)
+    separator = pc.match_substring(flat_names, "/").to_numpy(zero_copy_only=False)
+    left_out = (("light_queue_name_holds_separator", int(separator.sum())),
+                ("light_queue_offset_not_a_long", int((~separator & throws).sum())))
+    keep_idx = np.flatnonzero(~separator & ~throws)
+    if not len(keep_idx):
+        return _left(d, left_out)
+    record = record[keep_idx]
+    unit_names = flat_names.take(pa.array(keep_idx))
+    enc = pc.dictionary_encode(unit_names)
+    new_topics = enc.dictionary.to_pylist()
+    topics = list(d.topics)
+    where = {t: i for i, t in enumerate(topics)}
+    for t in new_topics:
+        if t not in where:
+            where[t] = len(topics)
+            topics.append(t)
+    name_index = np.asarray([where[t] for t in new_topics], np.int32)[enc.indices.to_numpy(zero_copy_only=False)]
+    lmq = pc.starts_with(unit_names, L.LMQ_PREFIX).to_numpy(zero_copy_only=False) & rules.enable_lmq
+    queue_id = np.where(lmq, 0, d.queue_id[record]).astype(np.int32)
+    order = np.argsort(np.concatenate([d.position, d.position[record]]), kind="stable")  # own entry first
+    return Dispatched(topics,
+                      np.concatenate([d.topic_index, name_index])[order],
+                      np.concatenate([d.queue_id, queue_id])[order],
+                      np.concatenate([d.queue_offset, parsed[keep_idx]])[order],
+                      np.concatenate([d.phy_offset, d.phy_offset[record]])[order],
+                      np.concatenate([d.size, d.size[record]])[order],
+                      np.concatenate([d.tags_code, d.tags_code[record]])[order],
+                      np.concatenate([d.position, d.position[record]])[order], left_out)
+
+
+def _left(d: Dispatched, left_out: tuple) -> Dispatched:
+    """``d`` with ``left_out`` (NamedTuple._replace would take the rows' count, ``len(d)``, for its fields')."""
+    return Dispatched(d.topics, d.topic_index, d.queue_id, d.queue_offset, d.phy_offset, d.size, d.tags_code,
+                      d.position, left_out)
+
+
+def _strings(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The byte ranges ``[start, start+length)`` of ``data`` as Java strings."""
+    d, o = gather_ranges(data, start, length)
+    return decode_java_utf8(binary_array(d, o))
+
+
+def _java_split(values: pa.Array) -> pa.ListArray:
+    """Java ``value.split(",")`` of each string: trailing empty items dropped (",," splits to no item), a blank
+    value (``StringUtils.isBlank``: empty or whitespace) to no item, as it dispatches nothing."""
+    trimmed = pc.utf8_rtrim(values, characters=",")
+    blank = pc.or_(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), pc.equal(pc.utf8_length(trimmed), 0))
+    split = pc.split_pattern(trimmed, pattern=",")
+    empty = pa.array([[]] * len(values), pa.list_(pa.string()))
+    return pc.if_else(blank, empty, split)
+
+
+_JAVA_LONG = r"^[+-]?[0-9]+$"  # Long.parseLong's form (ASCII digits: the broker wrote these with Long.toString)
+
+
+def _java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws)."""
+    throws = ~pc.match_substring_regex(values, _JAVA_LONG).to_numpy(zero_copy_only=False)
+    out = np.zeros(len(values), np.int64)
+    digits = pc.utf8_ltrim(values, characters="+")
+    short = ~throws & (pc.utf8_length(digits).to_numpy(zero_copy_only=False) < 19)  # 18 digits always fit
+    idx = np.flatnonzero(short)
+    if len(idx):
+        out[idx] = pc.cast(digits.take(pa.array(idx)), pa.int64()).to_numpy(zero_copy_only=False)
+    for j in np.flatnonzero(~throws & ~short):  # 19 digits and more: rare, checked against the range one by one
+        v = int(digits[int(j)].as_py())
+        if -2**63 <= v < 2**63:
+            out[j] = v
+        else:
+            throws[j] = True
+    return out, throws
 
 
 def _tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:

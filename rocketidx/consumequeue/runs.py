@@ -69,8 +69,11 @@ class SplitQueues:
         self.parts: dict[tuple[str, int], list[np.ndarray]] = {}
         self.negative = 0  # QUEUEOFFSET < 0: no entry, counted (docs/formats.md, where an entry lands)
         self.bad_topic: BadTopic | None = None
+        self.left_out: dict[str, int] = {}  # light-queue units the rules left out, by reason
 
     def add(self, seg: Segment, d: Dispatched) -> None:
+        for reason, count in d.left_out:
+            self.left_out[reason] = self.left_out.get(reason, 0) + count
         if not len(d):
             return
         keep = d.queue_offset >= 0

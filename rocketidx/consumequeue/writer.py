@@ -112,6 +112,8 @@ class ConsumeQueueWriter:
 
     def add(self, seg: Segment, d: Dispatched) -> None:
         """Place and write one batch's entries (CommitLog order within each queue)."""
+        for reason, count in d.left_out:
+            self.dropped[reason] = self.dropped.get(reason, 0) + count
         if not len(d):
             return
         key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)

@@ -103,9 +103,10 @@ def _verify_queues(r: VerifyRequest, progress: Progress) -> VerifyResult:
         settings = r.engine.settings
         with spark_session(settings) as s, progress.on_spark(s):
             report = verify_consumequeues_spark(directory, r.commitlog, spark=s, split_bytes=settings.split_bytes,
-                                                delays_ms=delays, check_crc=r.check_crc)
+                                                delays_ms=delays, check_crc=r.check_crc, light_queues=r.light_queues)
     else:
-        report = verify_consumequeues(directory, r.commitlog, check_crc=r.check_crc, delays_ms=delays)
+        report = verify_consumequeues(directory, r.commitlog, check_crc=r.check_crc, delays_ms=delays,
+                                      light_queues=r.light_queues)
     return VerifyResult(report, engine)
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import struct
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,10 @@ class GenConfig:
     # the messages between two places) is stamped ``clock_back_ms`` earlier, as after an NTP step.
     clock_steps: int = 0
     clock_back_ms: int = 0
+    # Light queues: this share of the messages names 1 to 3 of ``lmq_queues`` light queues (%LMQ%L0, ...) in
+    # INNER_MULTI_DISPATCH, with the offsets a broker with enableLmq assigns in INNER_MULTI_QUEUE_OFFSET.
+    share_lmq: float = 0.0
+    lmq_queues: int = 10
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -56,6 +60,9 @@ class GenConfig:
             raise ConfigError("queues", self.queues, "must be at least 1")
         if self.clock_steps < 0 or self.clock_back_ms < 0:
             raise ConfigError("clock_steps", (self.clock_steps, self.clock_back_ms), "must not be negative")
+        if not 0.0 <= self.share_lmq <= 1.0 or self.lmq_queues < 1:
+            raise ConfigError("share_lmq", (self.share_lmq, self.lmq_queues),
+                              "a share from 0 to 1 of the messages, over at least one light queue")
 
 
 _BLANK = struct.Struct(">iI")
@@ -70,7 +77,11 @@ def same_store(marker: Path, cfg: GenConfig) -> bool:
         info = json.loads(marker.read_text())
     except (OSError, ValueError):
         return False
-    return info.get("format") == GEN_FORMAT and info.get("config") == asdict(cfg)
+    stored = dict(info.get("config") or {})
+    for f in fields(GenConfig):  # a setting added since the store was written, at its default, is what it made
+        if f.name not in stored and getattr(cfg, f.name) == f.default:
+            stored[f.name] = f.default
+    return info.get("format") == GEN_FORMAT and stored == asdict(cfg)
 
 
 def _topics(cfg: GenConfig) -> list[bytes]:
@@ -97,6 +108,19 @@ def foreign_files(out: str | os.PathLike) -> list[str]:
             continue
         found.append(str(p))
     return found
+
+
+def _light_queue_properties(picked, offsets: dict[str, int], counts: bool) -> str:
+    """INNER_MULTI_DISPATCH and INNER_MULTI_QUEUE_OFFSET for the light queues ``picked`` (indexes; each name
+    once), with each queue's next offset, as a broker with enableLmq writes them; ``counts``: the record
+    enters the queues (a prepared or rolled-back transaction record takes no offset)."""
+    names = [f"{L.LMQ_PREFIX}L{int(j)}" for j in dict.fromkeys(int(j) for j in picked)]
+    values = [offsets.get(name, 0) for name in names]
+    if counts:
+        for name, v in zip(names, values):
+            offsets[name] = v + 1
+    return (f"{L.PROPERTY_INNER_MULTI_DISPATCH}\x01{','.join(names)}\x02"
+            f"{L.PROPERTY_INNER_MULTI_QUEUE_OFFSET}\x01{','.join(map(str, values))}\x02")
 
 
 def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = False) -> dict:
@@ -150,6 +174,11 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
     born_ts = store_ts - rng.integers(0, 2000, n)
     uniq_prefix = f"{cfg.seed & 0xFFFFFFFF:08X}7F0000012F1C"
     queue_offsets: dict[tuple[int, int], int] = {}
+    # Drawn last and only when asked for, so a store without light queues keeps its bytes.
+    lmq = rng.random(n) < cfg.share_lmq if cfg.share_lmq else np.zeros(n, bool)
+    lmq_names = rng.integers(0, cfg.lmq_queues, (n, 3)) if cfg.share_lmq else None
+    lmq_count = rng.integers(1, 4, n) if cfg.share_lmq else None
+    lmq_offsets: dict[str, int] = {}
 
     seg_size = cfg.segment_bytes
     base = 0
@@ -175,6 +204,10 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
         props = f"KEYS\x01{keys}\x02TAGS\x01Tag{tags[i]}\x02"
         if has_uniq[i]:
             props = f"UNIQ_KEY\x01{uniq_prefix}{i:012X}\x02" + props
+        if lmq[i] and not is_v2:  # a %RETRY% topic's message is not dispatched to light queues (5.x)
+            props += _light_queue_properties(lmq_names[i, :lmq_count[i]], lmq_offsets,
+                                             counts=not (tx[i] and int(tx_kind[i]) in (L.SYSFLAG_TX_PREPARED,
+                                                                                       L.SYSFLAG_TX_ROLLBACK)))
         props_b = props.encode()
         body = pool[body_i[i]]
         sys_flag = (int(tx_kind[i]) if tx[i] else 0) | (L.SYSFLAG_BORNHOST_V6 if born6[i] else 0) \

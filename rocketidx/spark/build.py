@@ -215,7 +215,7 @@ def _run_targets(spark, opts: SourceOptions, output, staging: Staging, config: B
                               write_tasks=n)
     elif config.consumequeue:
         queues = queues_on_spark(spark, segments, opts, config.queue_file_size, delay_levels_ms(config.delay_levels),
-                                 staging.uri, n)
+                                 staging.uri, n, light_queues=config.light_queues)
         if ran is None:
             ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
     return ran, mode, blocks, queues
@@ -243,7 +243,8 @@ def _try_direct(spark, opts: SourceOptions, output, staging: Staging, config: Bu
                       plan_figures, time_index=tdir)
     blocks = collect_blocks(tdir, segments, opts, plan)
     params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms, time_blocks=blocks,
-                          queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None)
+                          queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None,
+                          queue_light=config.light_queues)
     if not plan.tasks:
         # No record starts in the read; a time index may show that without reading (no record in the slice).
         return (([], resolve_stops(plan.skipped), 0), blocks) if plan.skipped else (None, 0)
@@ -271,14 +272,15 @@ def _figures(mode: str, results: list[TaskResult], splits: int, n: int, plan_fig
 # --- the ConsumeQueues: splits read in parallel, runs placed here, files written in parallel ------------
 
 def queues_on_spark(spark, segments, spec: SplitSpec, file_size: int, delays_ms: tuple[int, ...], staging: str,
-                    n: int, sync: bool = True):
+                    n: int, sync: bool = True, light_queues=None):
     """:func:`rocketidx.build.queues.build_queues` with Spark running the reads (a task per split) and the
     writes (``n`` tasks). ``staging`` must be a directory every executor sees (local masters: any)."""
     from rocketidx.build.queues import build_queues
     spec = SplitSpec(**{f.name: getattr(spec, f.name) for f in fields(SplitSpec)})
     return build_queues(segments, spec, file_size, delays_ms, staging,
                         run_reads=partial(_queue_job, spark, _queue_reads),
-                        run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n, sync=sync)
+                        run_writes=partial(_queue_job, spark, _queue_writes), write_tasks=n, sync=sync,
+                        light_queues=light_queues)
 
 
 def _queue_job(spark, task, items, *args):

@@ -454,7 +454,7 @@ def _list_content(report: VerifyReport, files: list[IndexFile], window_ids, tota
 
 def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_bytes: int = DEFAULT_SPLIT_BYTES,
                                delays_ms: tuple[int, ...] | None = None, check_crc: bool = True,
-                               file_size: int | None = None) -> VerifyReport:
+                               file_size: int | None = None, light_queues=None) -> VerifyReport:
     """:func:`rocketidx.verify.queues.verify_consumequeues` with the CommitLog's queues rebuilt on Spark (the
     build's split-wise plan); the files alone, and the comparison, are checked here as in process."""
     from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS
@@ -465,7 +465,8 @@ def verify_consumequeues_spark(directory: str, commitlog=None, *, spark, split_b
 
     def rebuild(segments, scratch: str, file_size: int, delays: tuple[int, ...], crc: bool):
         built = queues_on_spark(spark, segments, SplitSpec(split_bytes=split_bytes, check_crc=crc), file_size,
-                                delays, scratch, spark.sparkContext.defaultParallelism, sync=False)
+                                delays, scratch, spark.sparkContext.defaultParallelism, sync=False,
+                                light_queues=light_queues)
         stop = built.resolved.stop
         log_end = stop["phy_offset"] if stop else (segments[-1].end_offset if segments else 0)
         return os.path.join(scratch, CONSUMEQUEUE_DIR), built.queues, log_end

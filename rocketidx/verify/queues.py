@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -28,17 +29,22 @@ import rocketidx.layout as L
 from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
+from rocketidx.config import LightQueues
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
 from rocketidx.errors import CorruptRecordError
 from rocketidx.verify.report import VerifyReport
 
 UNIT = L.CQ_UNIT.itemsize
+UNLOADED_WHY = ("not loaded by the broker: its load skips a directory under a topic not named by an int (a 4.9 "
+                "broker writes a light queue whose name holds '/' so, %LMQ%a/b -> %LMQ%a/b/0/); left as it is")
 _BLANK = np.array([L.CQ_BLANK], L.CQ_UNIT)[0]
 
 
-def list_queues(directory: str, report: VerifyReport) -> tuple[dict[tuple[str, str], list[int]], int]:
+def list_queues(directory: str, report: VerifyReport, unloaded: dict | None = None
+                ) -> tuple[dict[tuple[str, str], list[int]], int]:
     """{(topic, queueId): file offsets} under ``directory`` and the queue file size (the size most files share);
-    misnamed and missized files are problems, and left out."""
+    misnamed and missized files are problems, and left out. ``unloaded``: a dict that takes the directories
+    under a topic the broker's load skips (not named by an int) instead of their ``stray-file`` problems."""
     files: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
     for topic in sorted(os.listdir(directory)):
         tdir = os.path.join(directory, topic)
@@ -47,6 +53,9 @@ def list_queues(directory: str, report: VerifyReport) -> tuple[dict[tuple[str, s
             continue
         for qid in sorted(os.listdir(tdir)):
             qdir = os.path.join(tdir, qid)
+            if unloaded is not None and os.path.isdir(qdir) and not qid.lstrip("-").isdigit():
+                unloaded[f"{topic}/{qid}"] = UNLOADED_WHY
+                continue
             if not os.path.isdir(qdir) or not qid.lstrip("-").isdigit():
                 report.add(qdir, 0, "stray-file", "not a queue directory (named by a decimal queue id)")
                 continue
@@ -91,8 +100,9 @@ LMQ_PREFIX = "%LMQ%"  # a light queue's topic: written from each message's INNER
 def unexplained_why(topic: str, built_topics: set[str]) -> str:
     """Why a queue the store holds is not one the rebuild makes."""
     if topic.startswith(LMQ_PREFIX):
-        return ("a light queue (%LMQ%), written from messages' INNER_MULTI_DISPATCH property, which rocketidx "
-                "does not rebuild yet: left as it is")
+        return ("a light queue (%LMQ%), written from messages' INNER_MULTI_DISPATCH property when the broker runs "
+                "with enableMultiDispatch=true: give its broker.conf (--broker-conf) for rocketidx to rebuild and "
+                "check it; left as it is")
     if topic not in built_topics:
         return "no record of this topic in the CommitLog (retention may have removed them): left as it is"
     return "no record of this queue in the CommitLog: left as it is"
@@ -129,16 +139,19 @@ def _check_queue_alone(directory: str, key, offsets: list[int], report: VerifyRe
 
 def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
                          check_crc: bool = True, rebuild=None, file_size: int | None = None,
-                         skip_topics=(), unexplained: dict | None = None, restart=None) -> VerifyReport:
+                         skip_topics=(), unexplained: dict | None = None, restart=None,
+                         light_queues: LightQueues | None = None) -> VerifyReport:
     """The checks of the module docstring; with ``commitlog`` also every slot against its rebuild
     (``rebuild``: how, :func:`rebuild_in_process` by default). ``file_size``: the queue file size to rebuild
     with where no file tells it (a store whose ``directory`` is gone or empty: every queue is missing).
     ``skip_topics``: topics neither side is judged on (a broker's BatchCQ topics). ``unexplained``: a dict
     that takes the queues no rebuild makes ({topic/queueId: why}) instead of the ``unexplained-queue``
     problems (``verify --store`` lists them apart). ``restart``: a :class:`QueueRestart` (``verify --store``):
-    a queue whose missing entries the broker's restart all restores has them counted there, not as problems."""
+    a queue whose missing entries the broker's restart all restores has them counted there, not as problems.
+    ``light_queues``: the broker's light-queue rules (``enableMultiDispatch``), for the default rebuild."""
     report = VerifyReport()
-    queues, found_size = list_queues(directory, report) if os.path.isdir(directory) or file_size is None else ({}, 0)
+    queues, found_size = list_queues(directory, report, unexplained) \
+        if os.path.isdir(directory) or file_size is None else ({}, 0)
     queues = {k: v for k, v in queues.items() if k[0] not in skip_topics}
     file_size = found_size or file_size
     for key, offsets in queues.items():
@@ -148,7 +161,8 @@ def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int
     scratch = tempfile.mkdtemp(prefix="rocketidx-cq-verify-")
     try:
         segments = list_segments(commitlog)
-        rebuilt, infos, log_end = (rebuild or rebuild_in_process)(segments, scratch, file_size, delays_ms, check_crc)
+        rebuild = rebuild or partial(rebuild_in_process, light_queues=light_queues)
+        rebuilt, infos, log_end = rebuild(segments, scratch, file_size, delays_ms, check_crc)
         built = {(q.topic, str(q.queue_id)): q for q in infos if q.topic not in skip_topics}
         report.expected_entries = sum(q.entries for q in built.values())
         report.covered_range = (segments[0].base_offset if segments else 0, log_end)
@@ -173,13 +187,14 @@ def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int
     return report
 
 
-def rebuild_in_process(segments, scratch: str, file_size: int, delays_ms: tuple[int, ...], check_crc: bool):
+def rebuild_in_process(segments, scratch: str, file_size: int, delays_ms: tuple[int, ...], check_crc: bool,
+                       light_queues: LightQueues | None = None):
     """The log's queues rebuilt under ``scratch`` in one pass: (their directory, their QueueInfo, the log's
     end). A ``rebuild`` for :func:`verify_consumequeues`; :mod:`rocketidx.spark.verify` has Spark's."""
     writer = ConsumeQueueWriter(os.path.join(scratch, "cq"), file_size)
     reader = CommitLogReader(segments, check_crc=check_crc)
     for seg, buf, recs in reader.record_chunks():
-        writer.add(seg, dispatch(buf, seg, recs, delays_ms))
+        writer.add(seg, dispatch(buf, seg, recs, delays_ms, light_queues))
     log_end = reader.stop.phy_offset if reader.stop else (segments[-1].end_offset if segments else 0)
     return os.path.join(scratch, "cq"), writer.close(sync=False), log_end
 

@@ -44,7 +44,7 @@ from rocketidx.verify.rules import check_index_rules
 CQ_RESTART = {
     "file-size": "the broker's load stops at a queue file of another length: it does not start",
     "name": "not a queue file by its name: the broker's load trips on it",
-    "stray-file": "not a queue: the broker's load trips on it",
+    "stray-file": "not a queue: the broker's load skips it (loadConsumeQueue opens only topic/<int>/ directories)",
     "missing-file": "{redispatch}",
     "missing-entry": "{redispatch}",
     "missing-queue": "{redispatch}",
@@ -156,6 +156,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     rocksdb = store.queue_store_kind() == "rocksdb"
     batch = sorted(store.batch_topics())
     version = restart.broker_version(broker_version)
+    from rocketidx.config import broker_release, light_queues
+    lmq = light_queues(broker or {}, broker_release(broker_version))  # enableMultiDispatch's light queues
     state = {"abort": abort, "lock": store.lock_state(), "checkpoint": checkpoint,
              "index": store.index.is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
     if rocksdb:
@@ -174,7 +176,7 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     file_size = (list_queues(str(cq_dir), VerifyReport())[1] if files_cq else 0) or cq_file_size
     scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))
     try:
-        rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder)
+        rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder, lmq)
         model = restart.restart_model(
             abort=abort, version=version, switches=switches, queues_end=queues_end(str(cq_dir)) if files_cq
             else (rebuilt.log_end if rocksdb else -1), segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
@@ -196,7 +198,7 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         cq = VerifyReport() if rocksdb else verify_consumequeues(
             str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size,
             rebuild=rebuilt.queues, skip_topics=batch, unexplained=state.setdefault("unexplained_queues", {}),
-            restart=queue_restart)
+            restart=queue_restart, light_queues=lmq)
         state["restart_model"]["consumequeue"] = {"restored_entries": queue_restart.restored,
                                                   "lost_entries": queue_restart.lost}
     finally:
@@ -276,7 +278,7 @@ class _Rebuilt:
 
 
 def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_size: int, delays_ms, check_crc: bool,
-             builder) -> _Rebuilt:
+             builder, light_queues=None) -> _Rebuilt:
     """The one read: the queues (and, with ``sizes``, the index) rebuilt from the whole log into ``out``."""
     from rocketidx.config import BuildConfig
     from rocketidx.consumequeue.writer import QueueInfo
@@ -286,7 +288,8 @@ def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_siz
     config = BuildConfig(hash_slot_num=sizes[0] if sizes else L.DEFAULT_HASH_SLOT_NUM,
                          index_num=sizes[1] if sizes else L.DEFAULT_INDEX_NUM, window_ms=0, timezone="UTC",
                          check_crc=check_crc, targets=("index", "consumequeue") if sizes else ("consumequeue",),
-                         cq_file_size=file_size, delay_levels=" ".join(f"{d // 1000}s" for d in delays_ms))
+                         cq_file_size=file_size, delay_levels=" ".join(f"{d // 1000}s" for d in delays_ms),
+                         light_queues=light_queues)
     manifest, summary = builder(commitlog, out, config, time_index=None)
     rows = list(Manifest.from_dict(manifest, str(out)).files) if sizes else []
     infos = [QueueInfo(**q) for q in manifest["consumequeues"]["queues"]]

@@ -69,9 +69,13 @@ def has_flag(command: str, flag: str) -> bool:
     return any(word.strip("[],") == flag for word in run.stdout.split())
 
 
-def send_flags(version: str) -> list[str]:
-    """Timer messages and the over-long consumer group exist on 5.x only."""
-    return ["timer", "longgroup"] if major(version) >= 5 else []
+def send_flags(version: str, conf: dict | None = None) -> list[str]:
+    """Timer messages and the over-long consumer group exist on 5.x only; with enableMultiDispatch the
+    workload names light queues (and on 4.9, whose client does not refuse it, one name holding '/')."""
+    flags = ["timer", "longgroup"] if major(version) >= 5 else []
+    if str((conf or {}).get("enableMultiDispatch", "")).lower() == "true":
+        flags += ["lmq"] + (["lmqslash"] if major(version) < 5 else [])
+    return flags
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -378,6 +382,8 @@ class Result:
     build_stderr: str = ""
     consumequeue: list[int] = field(default_factory=lambda: [0, 0])
     consumequeue_differ: dict[str, dict] = field(default_factory=dict)
+    consumequeue_unloaded: list[str] = field(default_factory=list)  # broker files its own load never opens
+    light_queues: int = 0  # %LMQ% queues the broker wrote (enableMultiDispatch)
     index: list[int] = field(default_factory=lambda: [0, 0])
     index_empty_tail: int = 0
     index_differ: dict[str, dict] = field(default_factory=dict)
@@ -398,6 +404,11 @@ class Result:
              f"file(s) left out), queries {self.queries[0]}/{self.queries[1]} identical, messages sent "
              f"{self.sent}, read by consumer {self.read}; log records {self.log.get('records', 0)}, "
              f"V2 {self.log.get('v2', 0)}, with __CRC32# {self.log.get('prop_crc', 0)}")
+        if self.light_queues:
+            s += f"; light queues {self.light_queues}"
+        if self.consumequeue_unloaded:
+            s += (f"; {len(self.consumequeue_unloaded)} broker queue file(s) its own load never opens left out "
+                  f"({', '.join(self.consumequeue_unloaded[:2])})")
         if self.settings:
             s += " (" + ", ".join(f"{k}={v}" for k, v in self.settings.items()) + ")"
         return s + (f" [error: {self.error}]" if self.error else "")
@@ -414,7 +425,7 @@ def broker_phase(cluster: Cluster, res: Result, messages: int, seed: int) -> tup
     root = cluster.root
     t = time.monotonic()
     run_driver(cluster, "send", f"127.0.0.1:{cluster.port}", str(root / "sent.jsonl"), str(messages), str(seed),
-               *send_flags(cluster.version), log="send")
+               *send_flags(cluster.version, cluster.conf), log="send")
     t = _timed(res, "send", t)
     sent = read_jsonl(root / "sent.jsonl")
     res.sent = sum(r["status"] == "SEND_OK" for r in sent)
@@ -466,6 +477,8 @@ def compare_phase(cluster: Cluster, res: Result, out: Path) -> None:
     res.log = log_census(store / "commitlog")
     cq = compare.compare_queues(store, out)
     res.consumequeue = [cq.same, cq.total]
+    res.consumequeue_unloaded = cq.unloaded
+    res.light_queues = sum(1 for p in (store / "consumequeue").glob("%LMQ%*/[0-9]*") if p.is_dir())
     theirs_q, ours_q = compare.queue_files(store), compare.queue_files(out)
     for name in cq.differ:
         res.consumequeue_differ[name] = describe_queue(theirs_q.get(name), ours_q.get(name))

@@ -38,14 +38,37 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  * The broker tests' client, written against the API that RocketMQ 4.9 and 5.x share (anything newer is
  * reached by reflection), so one source compiles against each release's client jar.
  *
- *   send  NAMESRV BROKER_ADDR OUT N SEED [timer] [longgroup]   a workload; one JSON line per message sent
+ *   send  NAMESRV BROKER_ADDR OUT N SEED [timer] [longgroup] [lmq] [lmqslash]
+ *                                                            a workload; one JSON line per message sent; with lmq,
+ *                                                            a share of the messages (plain, delayed, transactional,
+ *                                                            retried) name light queues in INNER_MULTI_DISPATCH
+ *                                                            (lmqslash: one name holds '/', which 5.x clients refuse)
  *   read  NAMESRV OUT                                          every queue of every topic, min to max offset
+ *   readlmq NAMESRV OUT                                        every light queue a workload with "lmq" names
  *   query NAMESRV IN OUT                                       admin queryMessage for each "topic\tkey\tkind" line
  */
 public class Workload {
     static final String[] TOPICS = {"TA", "TB", "TC", "TD", "TE", "TF"};
     static final int[] SIZES = {1, 17, 300, 1500, 4095, 4097, 9000, 40000};
     static PrintWriter out;
+    /** The light queues a workload with "lmq" names (the broker writes consumequeue/%LMQ%lqN/0/). */
+    static final int LIGHT_QUEUES = 12;
+    static boolean lmq, lmqSlash;
+
+    /** One to three light queues for message i, every one of them over a workload; "" for no light queue. */
+    static String lightQueues(int i) {
+        if (!lmq || i % 3 != 1) return "";
+        StringBuilder b = new StringBuilder();
+        int n = 1 + (i / 3) % 3;
+        for (int j = 0; j < n; j++) b.append(j > 0 ? "," : "").append("%LMQ%lq").append((i / 3 + 5 * j) % LIGHT_QUEUES);
+        if (lmqSlash && i % 27 == 1) b.append(",%LMQ%lq/nested");
+        return b.toString();
+    }
+
+    static void withLightQueues(Message m, int i) {
+        String names = lightQueues(i);
+        if (!names.isEmpty()) m.putUserProperty("INNER_MULTI_DISPATCH", names);
+    }
 
     public static void main(String[] args) throws Exception {
         String mode = args[0];
@@ -53,9 +76,13 @@ public class Workload {
         try {
             if (mode.equals("send")) {
                 Set<String> flags = new java.util.HashSet<>(Arrays.asList(args).subList(6, args.length));
+                lmq = flags.contains("lmq");
+                lmqSlash = flags.contains("lmqslash");
                 send(args[1], args[2], Integer.parseInt(args[4]), Long.parseLong(args[5]), flags);
             } else if (mode.equals("read")) {
                 read(args[1]);
+            } else if (mode.equals("readlmq")) {
+                readLight(args[1]);
             } else if (mode.equals("query")) {
                 query(args[1], args[2]);
             } else {
@@ -96,7 +123,8 @@ public class Workload {
             + ",\"msgId\":" + q(r == null ? null : r.getMsgId()) + ",\"offsetMsgId\":" + q(r == null ? null : r.getOffsetMsgId())
             + ",\"topic\":" + q(m.getTopic()) + ",\"queueId\":" + (r == null ? -1 : r.getMessageQueue().getQueueId())
             + ",\"queueOffset\":" + (r == null ? -1 : r.getQueueOffset()) + ",\"keys\":" + ks + ",\"tags\":" + q(m.getTags())
-            + ",\"size\":" + m.getBody().length + ",\"sha1\":" + q(sha1(m.getBody())) + "}");
+            + ",\"size\":" + m.getBody().length + ",\"sha1\":" + q(sha1(m.getBody()))
+            + ",\"lmq\":" + q(m.getProperty("INNER_MULTI_DISPATCH")) + "}");
     }
 
     static Message message(Random rnd, String topic, int i, String tagPrefix) {
@@ -166,6 +194,7 @@ public class Workload {
                 continue;
             }
             Message m = message(rnd, topic, i, "tag");
+            withLightQueues(m, i);
             String kind = "normal";
             if (i % 41 == 5) { m.setDelayTimeLevel(1 + i % 3); kind = "delay"; }
             else if (delayMs != null && i % 43 == 6) { delayMs.invoke(m, 1500L + i % 1000); kind = "timer"; }
@@ -197,6 +226,7 @@ public class Workload {
         for (int k = 0; k < txn; k++) {
             Message m = message(rnd, TOPICS[1], k, "tx");
             m.setKeys("tx" + k);
+            withLightQueues(m, 3 * k + 1);
             SendResult r = null;
             try { r = tx.sendMessageInTransaction(m, k); } catch (Exception e) { System.err.println("tx send failed: " + e); }
             record(k % 3 == 0 ? "tx-commit" : k % 3 == 1 ? "tx-rollback" : "tx-unknown", r, m);
@@ -239,6 +269,7 @@ public class Workload {
         for (int k = 0; k < failing; k++) {
             Message m = message(rnd, "TRetry", k, "retry");
             m.setKeys("retry" + k);
+            withLightQueues(m, 3 * k + 1);
             SendResult r = null;
             try { r = producer.send(m); } catch (Exception e) { System.err.println("send failed: " + e); }
             record("retry", r, m);
@@ -339,6 +370,49 @@ public class Workload {
                     if (r.getNextBeginOffset() <= off) stuck++;
                     off = Math.max(off, r.getNextBeginOffset());
                 }
+            }
+        }
+        c.shutdown();
+    }
+
+    /** Every light queue of the workload (%LMQ%lqN, queue 0 on the broker of TOPICS[0]): its min and max
+     * offsets, and each message a pull from min to max returns (the pulled message is the parent topic's record:
+     * its CommitLog offset and id say which). */
+    static void readLight(String namesrv) throws Exception {
+        DefaultMQAdminExt admin = new DefaultMQAdminExt("rocketidx-readlmq-admin");
+        admin.setNamesrvAddr(namesrv);
+        admin.start();
+        waitForRoutes(admin);
+        admin.shutdown();
+        DefaultMQPullConsumer c = new DefaultMQPullConsumer("rocketidx-lmq-reader");
+        c.setNamesrvAddr(namesrv);
+        c.start();
+        String brokerName = c.fetchSubscribeMessageQueues(TOPICS[0]).iterator().next().getBrokerName();
+        // A light queue has no route: a pull from a routed topic first puts the broker's address in the client.
+        c.pull(new MessageQueue(TOPICS[0], brokerName, 0), "*", 0, 1);
+        for (int q = 0; q < LIGHT_QUEUES; q++) {
+            String name = "%LMQ%lq" + q;
+            MessageQueue mq = new MessageQueue(name, brokerName, 0);
+            long min, max;
+            try { min = c.minOffset(mq); max = c.maxOffset(mq); }
+            catch (Exception e) { out.println("{\"lmq\":" + q(name) + ",\"error\":" + q(e.toString()) + "}"); continue; }
+            out.println("{\"lmq\":" + q(name) + ",\"min\":" + min + ",\"max\":" + max + "}");
+            long off = min;
+            int stuck = 0;
+            while (off < max && stuck < 3) {
+                PullResult r;
+                try { r = c.pull(mq, "*", off, 32); }
+                catch (Exception e) { out.println("{\"lmq\":" + q(name) + ",\"at\":" + off + ",\"error\":" + q(e.toString()) + "}"); stuck++; continue; }
+                if (r.getPullStatus() == PullStatus.FOUND) {
+                    for (MessageExt m : r.getMsgFoundList()) {
+                        out.println("{\"lmq\":" + q(name) + ",\"phy\":" + m.getCommitLogOffset() + ",\"topic\":" + q(m.getTopic())
+                            + ",\"msgId\":" + q(m.getMsgId()) + ",\"sha1\":" + q(sha1(m.getBody())) + "}");
+                    }
+                } else {
+                    out.println("{\"lmq\":" + q(name) + ",\"at\":" + off + ",\"status\":" + q(r.getPullStatus().toString()) + ",\"next\":" + r.getNextBeginOffset() + "}");
+                }
+                if (r.getNextBeginOffset() <= off) stuck++;
+                off = Math.max(off, r.getNextBeginOffset());
             }
         }
         c.shutdown();
