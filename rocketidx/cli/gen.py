@@ -1,6 +1,7 @@
 """``rocketidx gen`` (a sample store from a seed) and ``rocketidx demo`` (what ``make run`` runs)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -16,7 +17,8 @@ def cmd_gen(a) -> int:
     cfg = GenConfig(messages=a.messages, segment_bytes=a.segment_bytes, body_bytes=a.body_bytes, topics=a.topics,
                     queues=a.queues,
                     keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
-                    clock_steps=a.clock_steps, clock_back_ms=a.clock_back)
+                    clock_steps=a.clock_steps, clock_back_ms=a.clock_back, share_lmq=a.share_lmq,
+                    lmq_queues=a.lmq_queues)
     t0 = time.monotonic()
     info = generate_store(a.out, cfg, replace=a.replace)
     info["wall_s"] = round(time.monotonic() - t0, 2)
@@ -61,6 +63,17 @@ def cmd_demo(a) -> int:
     return 0
 
 
+def _share(text: str) -> float:
+    """A share from 0 to 1 (``--share-lmq``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a share from 0 to 1, e.g. 0.1")
+    return v
+
+
 def add_gen_parser(sub) -> None:
     g = sub.add_parser("gen", help="write a sample broker store (CommitLog segments) from a seed",
                        description="Write a valid broker store (STORE/commitlog/ segments of one size, a blank "
@@ -84,6 +97,11 @@ def add_gen_parser(sub) -> None:
                    help="places where the broker's clock steps back (default 0: store times only rise)")
     g.add_argument("--clock-back", type=duration_arg("--clock-back"), default=0,
                    help="how far the clock steps back at each place (e.g. 90m)")
+    g.add_argument("--share-lmq", type=_share, default=0.0,
+                   help="share of the messages (0 to 1) that name light queues in INNER_MULTI_DISPATCH, with the "
+                        "offsets a broker with enableLmq assigns (default 0)")
+    g.add_argument("--lmq-queues", type=count_arg("--lmq-queues"), default=10,
+                   help="light queues those messages spread over: %%LMQ%%L0, %%LMQ%%L1, ... (default 10)")
     g.add_argument("--replace", action="store_true",
                    help="overwrite the CommitLog of a directory gen did not write (default: refuse)")
     g.add_argument("--json", action="store_true", help="print the summary as one JSON line")
