@@ -149,7 +149,8 @@ REC_QUEUE_OFFSET: Final = 19  # QUEUEOFFSET
 # any row the kernel could not settle):
 REC_TAGS_CODE: Final = 20  # Java String.hashCode of the TAGS value (none: 0), or TAGS_CODE_UNKNOWN
 REC_TOPIC_KEY: Final = 21  # REC_POS of the batch's first record with exactly this topic's bytes, or -1
-REC_COLS: Final = 22
+REC_MULTI_DISPATCH: Final = 22  # 1: the properties hold "INNER_MULTI_DISPATCH\x01" (light queues), 0 not, -1 unknown
+REC_COLS: Final = 23
 TAGS_CODE_UNKNOWN: Final = 1 << 40  # outside int32: bytes that are not valid UTF-8, or not computed
 
 # --- IndexFile ----------------------------------------------------------------------------------

@@ -33,11 +33,13 @@ ACTIONS = ("keep", "replace", "write", "remove")
 
 
 def unloaded_dirs(cq_dir: Path) -> dict[str, str]:
-    """``topic/name`` -> why, for each directory under a topic directory that is not named by an int: the
-    broker's load (loadConsumeQueue) skips it, and so does a repair."""
+    """``topic/name`` -> why, for each directory under a light queue's topic directory that is not named by an
+    int (what a 4.9 broker writes for a light queue whose name holds '/'): the broker's load
+    (loadConsumeQueue) skips it, and so does a repair. Anywhere else such a directory is refused."""
     if not cq_dir.is_dir():
         return {}
-    return {f"{t}/{q}": UNLOADED_WHY for t in sorted(os.listdir(cq_dir)) if (cq_dir / t).is_dir()
+    return {f"{t}/{q}": UNLOADED_WHY for t in sorted(os.listdir(cq_dir))
+            if t.startswith(L.LMQ_PREFIX) and (cq_dir / t).is_dir()
             for q in sorted(os.listdir(cq_dir / t)) if (cq_dir / t / q).is_dir() and not q.lstrip("-").isdigit()}
 
 
@@ -54,9 +56,9 @@ def queue_files(cq_dir: Path) -> dict[str, int]:
                                               "out of consumequeue/ first")
         for qid in sorted(os.listdir(tdir)):
             qdir = tdir / qid
-            if qdir.is_dir() and not qid.lstrip("-").isdigit():
+            if topic.startswith(L.LMQ_PREFIX) and qdir.is_dir() and not qid.lstrip("-").isdigit():
                 continue  # the broker's load skips it: unloaded_dirs
-            if not qdir.is_dir():
+            if not qdir.is_dir() or not qid.lstrip("-").isdigit():
                 raise StoreLayoutError(str(qdir), "not a queue directory (named by a decimal queue id); move it out "
                                                   "of consumequeue/ first")
             for name in sorted(os.listdir(qdir)):

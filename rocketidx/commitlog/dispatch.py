@@ -17,6 +17,7 @@ Stays true (docs/formats.md, "ConsumeQueue entries": which records make an entry
 """
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -116,6 +117,7 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     d = _left(d, (("light_queue_name_holds_separator", 0), ("light_queue_offset_not_a_long", 0)))
     wanted = np.asarray([rules.dispatches(t) for t in d.topics], bool)
     rows = np.flatnonzero(wanted[d.topic_index]) if len(d) else np.zeros(0, np.int64)
+    rows = rows[_may_name_light_queues(u8, recs[rows])]
     if not len(rows):
         return d
     sub = recs[rows]
@@ -163,6 +165,30 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
                       np.concatenate([d.size, d.size[record]])[order],
                       np.concatenate([d.tags_code, d.tags_code[record]])[order],
                       np.concatenate([d.position, d.position[record]])[order], left_out)
+
+
+_NAMES_PROPERTY = re.compile(re.escape(f"{L.PROPERTY_INNER_MULTI_DISPATCH}\x01".encode()))
+
+
+def _may_name_light_queues(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
+    """Which records' properties hold ``INNER_MULTI_DISPATCH\x01`` (a superset of those that name light
+    queues: :func:`property_ranges` then parses only these). The kernel says it of each record while the
+    record is in cache (``REC_MULTI_DISPATCH``); where it was not asked (the numpy path: -1) one C-level search
+    of those records' properties decides, without gathering them."""
+    flag = recs[:, L.REC_MULTI_DISPATCH]
+    out = flag == 1
+    unknown = np.flatnonzero(flag < 0)
+    if not len(unknown):
+        return out
+    start = recs[unknown, L.REC_PROPS_POS].astype(np.int64)
+    end = start + np.maximum(recs[unknown, L.REC_PROPS_LEN], 0).astype(np.int64)
+    order = np.argsort(start, kind="stable")
+    hits = np.fromiter((m.start() for m in _NAMES_PROPERTY.finditer(memoryview(u8), int(start.min()),
+                                                                     int(end.max()))), np.int64)
+    at = np.searchsorted(start[order], hits, side="right") - 1
+    inside = (at >= 0) & (hits < end[order][np.maximum(at, 0)])
+    out[unknown[order[at[inside]]]] = True
+    return out
 
 
 def _left(d: Dispatched, left_out: tuple) -> Dispatched:

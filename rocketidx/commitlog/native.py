@@ -6,9 +6,19 @@ compiler and zlib are there; a ``--py-files`` zip on a cluster cannot import it.
 """
 from __future__ import annotations
 
+import logging
+
+import rocketidx.layout as L
+
 try:
     import rocketidx._native as kernel
 except ImportError:  # pragma: no cover - depends on the install
+    kernel = None
+if kernel is not None and getattr(kernel, "REC_COLS", None) != L.REC_COLS:
+    # A kernel built from older sources writes rows of another width: reading with it would mix columns.
+    logging.getLogger(__name__).warning(
+        "rocketidx._native was built from other sources (records of %s columns, these %s): the numpy path runs; "
+        "rebuild it with `pip install -e .` (make setup)", getattr(kernel, "REC_COLS", "?"), L.REC_COLS)
     kernel = None
 
 

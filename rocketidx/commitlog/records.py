@@ -390,6 +390,7 @@ def check_records(buf, seg: Segment, P: np.ndarray, *, check_crc: bool = True
     recs[:, L.REC_QUEUE_ID] = c["pre"]["queue_id"][sel]
     recs[:, L.REC_QUEUE_OFFSET] = c["pre"]["queue_offset"][sel]
     recs[:, L.REC_TAGS_CODE], recs[:, L.REC_TOPIC_KEY] = L.TAGS_CODE_UNKNOWN, -1  # the dispatch computes them
+    recs[:, L.REC_MULTI_DISPATCH] = -1
     props_len = recs[:, L.REC_PROPS_LEN]
     data, offs = gather_ranges(u8, recs[:, L.REC_PROPS_POS], props_len)
     offs = offs.astype(np.int64)

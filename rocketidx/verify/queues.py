@@ -44,7 +44,8 @@ def list_queues(directory: str, report: VerifyReport, unloaded: dict | None = No
                 ) -> tuple[dict[tuple[str, str], list[int]], int]:
     """{(topic, queueId): file offsets} under ``directory`` and the queue file size (the size most files share);
     misnamed and missized files are problems, and left out. ``unloaded``: a dict that takes the directories
-    under a topic the broker's load skips (not named by an int) instead of their ``stray-file`` problems."""
+    under a light queue's topic the broker's load skips (not named by an int: a 4.9 broker's light queue whose
+    name holds '/') instead of their ``stray-file`` problems."""
     files: dict[tuple[str, str], list[tuple[int, str, int]]] = {}
     for topic in sorted(os.listdir(directory)):
         tdir = os.path.join(directory, topic)
@@ -53,7 +54,8 @@ def list_queues(directory: str, report: VerifyReport, unloaded: dict | None = No
             continue
         for qid in sorted(os.listdir(tdir)):
             qdir = os.path.join(tdir, qid)
-            if unloaded is not None and os.path.isdir(qdir) and not qid.lstrip("-").isdigit():
+            if unloaded is not None and topic.startswith(LMQ_PREFIX) and os.path.isdir(qdir) \
+                    and not qid.lstrip("-").isdigit():
                 unloaded[f"{topic}/{qid}"] = UNLOADED_WHY
                 continue
             if not os.path.isdir(qdir) or not qid.lstrip("-").isdigit():
@@ -94,7 +96,7 @@ def _slots(directory: str, key: tuple[str, str], offsets: list[int]):
             yield path, off, np.frombuffer(f.read(), L.CQ_UNIT)
 
 
-LMQ_PREFIX = "%LMQ%"  # a light queue's topic: written from each message's INNER_MULTI_DISPATCH property
+LMQ_PREFIX = L.LMQ_PREFIX  # a light queue's topic: written from each message's INNER_MULTI_DISPATCH property
 
 
 def unexplained_why(topic: str, built_topics: set[str]) -> str:

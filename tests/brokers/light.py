@@ -61,7 +61,7 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) ->
         sent = read_jsonl(root / "sent.jsonl")
         want = named(sent)
         before = light_reads(read_jsonl(root / "before.jsonl"))
-        shutil.rmtree(cluster.store / "consumequeue")
+        shutil.move(cluster.store / "consumequeue", root / "broker-consumequeue")
         run = subprocess.run([sys.executable, "-m", "rocketidx", "backfill", "--store", str(cluster.store),
                               "--broker-conf", str(cluster.broker_conf), "--broker-version", version],
                              capture_output=True, text=True, timeout=900)
@@ -70,6 +70,11 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) ->
         if run.returncode != 0:
             res["error"] = f"backfill exited {run.returncode}: {run.stderr.strip()[-400:]}"
             return res
+        theirs = {p.relative_to(root / "broker-consumequeue"): p.read_bytes()
+                  for p in (root / "broker-consumequeue").glob("%LMQ%*/[0-9]*/*")}
+        ours = {p.relative_to(cluster.store / "consumequeue"): p.read_bytes()
+                for p in (cluster.store / "consumequeue").glob("%LMQ%*/[0-9]*/*")}
+        res["light_files"] = [sum(ours.get(k) == v for k, v in theirs.items()), len(set(theirs) | set(ours))]
         cluster.start_broker()
         run_driver(cluster, "readlmq", str(root / "after.jsonl"), log="readlmq-after")
         after = light_reads(read_jsonl(root / "after.jsonl"))
@@ -78,7 +83,8 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) ->
                    missing_before=sum(len(v - before.get(q, set())) for q, v in want.items()),
                    missing_after=sum(len(v - after.get(q, set())) for q, v in want.items()),
                    same_as_before=before == after)
-        res["ok"] = res["light_queues"] >= 10 and res["missing_after"] == 0 and res["same_as_before"]
+        res["ok"] = (res["light_queues"] >= 10 and res["missing_after"] == 0 and res["same_as_before"]
+                     and res["light_files"][0] == res["light_files"][1] > 0)
     except (HarnessError, subprocess.TimeoutExpired, OSError, ValueError) as e:
         res["error"] = f"{type(e).__name__}: {e}"
     finally:
@@ -89,7 +95,8 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) ->
 def line(res: dict) -> str:
     if "named" not in res:
         return f"{res['version']}: FAILED: {res.get('error')}"
-    return (f"{res['version']}: {res['light_queues']} light queues, {res['named']} message(s) named in them; the "
+    return (f"{res['version']}: {res['light_queues']} light queues, {res['named']} message(s) named in them, "
+            f"light queue files rebuilt identical {res['light_files'][0]}/{res['light_files'][1]}; the "
             f"consumer read {res['read_before']} before (missing {res['missing_before']}), after consumequeue/ was "
             f"deleted and rocketidx backfill rebuilt it {res['read_after']} (missing {res['missing_after']}); "
             f"{'the same as before' if res['same_as_before'] else 'NOT the same as before'}")
