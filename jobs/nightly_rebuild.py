@@ -56,7 +56,8 @@ def _run(argv: list[str] | None) -> int:
                                 from_offset=a.from_offset, to_offset=a.to_offset, from_time_ms=a.from_time,
                                 to_time_ms=a.to_time, time_index=a.time_index, overwrite=a.overwrite,
                                 strict=a.strict, master=a.master, spark_conf=a.spark_conf,
-                                split_bytes=a.split_bytes, partitions=a.partitions)
+                                split_bytes=a.split_bytes, partitions=a.partitions,
+                                topic_config=a.topic_config)
         return report_build(request, as_json=a.json)
     return exit_code("nightly_rebuild", run, "the previous output is unchanged")
 

@@ -79,6 +79,9 @@ class BuildConfig:
     cq_file_size: int = L.DEFAULT_CQ_FILE_SIZE  # mappedFileSizeConsumeQueue as configured (rounded up to 20)
     delay_levels: str = L.DEFAULT_DELAY_LEVELS  # messageDelayLevel: delayed messages' tagsCode
     light_queues: LightQueues | None = None  # with enableMultiDispatch: the light queues' rules (else None)
+    # queue.type=BatchCQ topics (the broker's config/topics.json): their records go to batch consume queues
+    batch_topics: tuple[str, ...] = ()
+    batch_file_size: int = L.DEFAULT_BATCH_CQ_FILE_SIZE  # mapperFileSizeBatchConsumeQueue
 
     def __post_init__(self) -> None:
         if not isinstance(self.hash_slot_num, int) or self.hash_slot_num < 1:
@@ -101,6 +104,9 @@ class BuildConfig:
         if not self.targets or set(self.targets) - set(TARGETS) or len(set(self.targets)) != len(self.targets):
             raise ConfigError("targets", ",".join(self.targets), f"one or both of {', '.join(TARGETS)}, each once")
         object.__setattr__(self, "targets", tuple(t for t in TARGETS if t in self.targets))
+        object.__setattr__(self, "batch_topics", tuple(sorted(set(self.batch_topics))))
+        if not isinstance(self.batch_file_size, int) or self.batch_file_size < L.BATCH_CQ_UNIT_SIZE:
+            raise ConfigError("batch_file_size", self.batch_file_size, "must hold at least one 46-byte unit")
         if not isinstance(self.cq_file_size, int) or self.cq_file_size < 1:
             raise ConfigError("cq_file_size", self.cq_file_size, "must be a positive number of bytes (a queue file "
                                                                  "holds 20-byte entries; 19 is rounded up to 20)")
@@ -171,7 +177,8 @@ def project_conf(name: str, *, beside: str | os.PathLike | None = None) -> str |
 # maxHashSlotNum, maxIndexNum: the files' sizes), checked as the broker checks them; explicit flags win over
 # the file, the file over the defaults; every other key is the broker's business.
 
-BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum")
+BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum",
+               "mapperFileSizeBatchConsumeQueue")
 # What a restart re-dispatches depends on these too (``verify --store``, rocketidx.verify.restart). The broker
 # reads a boolean with Boolean.parseBoolean (``true`` in any case is true, anything else false) and
 # flushDiskType with FlushDiskType.valueOf.
@@ -287,6 +294,28 @@ def _lmq_topics(minor: int | None, patch: int | None) -> str:
     return "none" if patch == 0 else "5.1.1" if patch == 1 else "5.1.3"
 
 
+def batch_topics_of(path: str | os.PathLike) -> tuple[str, ...]:
+    """Topics whose attribute ``queue.type`` is ``BatchCQ`` in a broker's topic table (``config/topics.json``):
+    the broker keeps their queues in ``batchconsumequeue/`` and refuses to load a ``consumequeue/`` directory of
+    one ("should be SimpleCQ, but is BatchCQ", ConsumeQueueStore.java). A file that is not JSON with a
+    ``topicConfigTable`` is an error naming it."""
+    from rocketidx.errors import StoreLayoutError
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8")).get("topicConfigTable") or {}
+        items = table.items()
+    except (ValueError, UnicodeDecodeError, AttributeError) as e:
+        raise StoreLayoutError(str(path), f"not the broker's topic table (JSON with topicConfigTable): {e}") from e
+    except OSError as e:
+        raise StoreLayoutError(str(path), f"cannot read the broker's topic table: {e}") from e
+    out = set()
+    for name, conf in items:
+        attrs = (conf or {}).get("attributes") or {} if isinstance(conf, dict) else {}
+        kind = attrs.get("queue.type", attrs.get("+queue.type"))
+        if isinstance(kind, str) and kind.lower() == L.BATCH_CQ.lower():
+            out.add(conf.get("topicName", name))
+    return tuple(sorted(out))
+
+
 def light_queues(broker: Mapping[str, object], release: BrokerRelease) -> LightQueues | None:
     """The light queues a broker started with ``broker`` (its broker.conf settings) writes to files: None
     without ``enableMultiDispatch``, or where a 5.5 broker keeps them in RocksDB only
@@ -330,7 +359,8 @@ def build_settings(conf: str | os.PathLike | None = None, broker_conf: str | os.
         cfg = load_config(conf, window_ms=window_ms, timezone=timezone, check_crc=check_crc, targets=targets, **chosen)
     except ConfigError as e:
         raise _as_given(e, conf, flags, from_broker) from None
-    cfg = replace(cfg, light_queues=light_queues(broker, release or broker_release(None)))
+    cfg = replace(cfg, light_queues=light_queues(broker, release or broker_release(None)),
+                  batch_file_size=broker.get("mapperFileSizeBatchConsumeQueue", cfg.batch_file_size))
     in_conf = conf_settings(conf)
     said = {k: "flag" if flags.get(k) is not None else "broker-conf" if from_broker[k] is not None
             else "conf" if in_conf.get(k, getattr(BuildConfig(), k)) != getattr(BuildConfig(), k) else "default"
@@ -573,13 +603,16 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
                   from_time_ms: int | None = None, to_time_ms: int | None = None, time_index: str | None = None,
                   overwrite: bool = False, strict: bool = False, in_process: bool = False, master: str | None = None,
                   spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
-                  partitions: int | None = None) -> BuildRequest:
+                  partitions: int | None = None, topic_config: str | os.PathLike | None = None) -> BuildRequest:
     """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
-    ``--time-index`` flag spells it: None for the default, "none", or a directory)."""
+    ``--time-index`` flag spells it: None for the default, "none", or a directory; ``topic_config``: the
+    broker's topics.json, whose BatchCQ topics get batch consume queues)."""
     release = broker_release(broker_version)
     cfg, said = build_settings(conf, broker_conf, hash_slot_num=hash_slot_num, index_num=index_num,
                                cq_file_size=cq_file_size, window_ms=window_ms, timezone=timezone,
                                check_crc=check_crc, targets=targets, release=release)
+    if topic_config is not None:
+        cfg = replace(cfg, batch_topics=batch_topics_of(topic_config))
     setting = time_index_setting(time_index)
     return BuildRequest(
         str(commitlog), str(out), cfg, said, from_offset, to_offset, from_time_ms, to_time_ms,
@@ -740,7 +773,7 @@ def timeindex_request(commitlog: str, out: str, *, block_bytes: int | None = Non
 
 # Arguments that name a path or URI: resolved here (resolve_paths), once for every command and both jobs.
 PATH_ARGS = ("out", "commitlog", "index", "store", "consumequeue", "queries", "dir", "conf", "spark_conf",
-             "broker_conf", "time_index")
+             "broker_conf", "time_index", "topic_config")
 
 
 def resolve_paths(args) -> None:

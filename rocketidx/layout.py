@@ -221,6 +221,10 @@ LMQ_PREFIX: Final = "%LMQ%"  # MixAll.LMQ_PREFIX: with enableLmq, such a name's 
 RETRY_TOPIC_PREFIX: Final = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"  # TopicValidator.SYSTEM_TOPIC_PREFIX
 TIMER_TOPIC: Final = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
+BATCH_CQ: Final = "BatchCQ"  # the topic attribute queue.type of a topic whose queues are batchconsumequeue/
+BATCH_CQ_DIR: Final = "batchconsumequeue"  # STORE/batchconsumequeue/<topic>/<queueId>/, and a build's OUT/
+BATCH_CQ_UNIT_SIZE: Final = 46  # BatchConsumeQueue.CQ_STORE_UNIT_SIZE
+DEFAULT_BATCH_CQ_FILE_SIZE: Final = 300_000 * BATCH_CQ_UNIT_SIZE  # MessageStoreConfig.mapperFileSizeBatchConsumeQueue
 DEFAULT_DELAY_LEVELS: Final = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"  # messageDelayLevel
 
 

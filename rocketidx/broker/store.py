@@ -185,7 +185,7 @@ def lock_state(store: Path) -> str:
 
 # --- what a broker's store holds that rocketidx does not rebuild (yet) -------------------------------------
 
-BATCH_CQ = "BatchCQ"  # a topic attribute: the broker keeps its queues in batchconsumequeue/, 46-byte units
+BATCH_CQ = L.BATCH_CQ
 
 
 def queue_store_kind(store: Path) -> str:
@@ -202,22 +202,8 @@ def queue_store_kind(store: Path) -> str:
 
 
 def batch_topics(store: Path) -> set[str]:
-    """Topics whose attribute ``queue.type`` is ``BatchCQ`` in the store's ``config/topics.json``: the broker
-    refuses to load a ``consumequeue/`` directory of such a topic ("should be SimpleCQ, but is BatchCQ",
-    ConsumeQueueStore.java), so no repair may write one. A store without the file has none; a file that is
-    not JSON is an error naming it."""
-    import json
+    """Topics whose attribute ``queue.type`` is ``BatchCQ`` in the store's ``config/topics.json``
+    (:func:`rocketidx.config.batch_topics_of`); a store without the file has none."""
+    from rocketidx.config import batch_topics_of
     path = store / "config" / "topics.json"
-    if not path.is_file():
-        return set()
-    try:
-        table = json.loads(path.read_text(encoding="utf-8")).get("topicConfigTable") or {}
-    except (ValueError, UnicodeDecodeError, AttributeError) as e:
-        raise StoreLayoutError(str(path), f"not the broker's topic table (JSON with topicConfigTable): {e}") from e
-    out = set()
-    for name, conf in table.items():
-        attrs = (conf or {}).get("attributes") or {}
-        kind = attrs.get("queue.type", attrs.get("+queue.type"))
-        if isinstance(kind, str) and kind.lower() == BATCH_CQ.lower():
-            out.add(conf.get("topicName", name))
-    return out
+    return set(batch_topics_of(path)) if path.is_file() else set()

@@ -29,6 +29,7 @@ from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_in
 from rocketidx.build.summary import BuildSummary
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.consumequeue.batch import BATCH_DIR, BatchQueueWriter, dispatch_batch
 from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
 from rocketidx.commitlog.readers import CommitLogReader, first_misplaced
@@ -85,11 +86,14 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
             sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms)
             queues = ConsumeQueueWriter(os.path.join(staging.path, CONSUMEQUEUE_DIR), config.queue_file_size) \
                 if config.consumequeue else None
-            windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress, queues),
+            batches = BatchQueueWriter(os.path.join(staging.path, BATCH_DIR), config.batch_file_size) \
+                if config.consumequeue and config.batch_topics else None
+            windows = list(write_windows(_entries(reader, summary, config, start_offset, skip_entries, progress, queues,
+                                                  batches),
                                          os.path.join(staging.path, INDEX_DIR), sizes, max_open=4))
             # Before the queues are closed: a log whose first record is invalid leaves no queue file either.
             refuse_invalid_log(segments, reader.stop.as_dict() if reader.stop else None, start_offset)
-            queue_manifest = None if queues is None else _queues_manifest(queues, config, segments)
+            queue_manifest = None if queues is None else _queues_manifest(queues, config, segments, batches)
             # One task whose files are in staging's index/, and one read per segment: the same finish as every
             # other plan checks, counts and commits them.
             task = TaskResult(0, INDEX_DIR, windows=windows, ranges=_ranges_read(reader, segments, start_offset, native))
@@ -131,10 +135,13 @@ def _resolved(reader: CommitLogReader, summary: BuildSummary, segments: list[Seg
 
 
 def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig, start_offset: int | None,
-             skip_entries: int, progress, queues: ConsumeQueueWriter | None) -> Iterator[EntryBatch]:
+             skip_entries: int, progress, queues: ConsumeQueueWriter | None,
+             batches: BatchQueueWriter | None = None) -> Iterator[EntryBatch]:
     """The log's entries as :func:`write_windows` takes them, counting messages and entries into ``summary``;
-    with ``queues``, each chunk's records are dispatched to the ConsumeQueues too (one read feeds both)."""
+    with ``queues``, each chunk's records are dispatched to the ConsumeQueues too (one read feeds both), and
+    with ``batches`` those of the BatchCQ topics to their batch consume queues instead."""
     delays = delay_levels_ms(config.delay_levels)
+    batch_topics = frozenset(config.batch_topics)
     chunks = reader.entry_chunks() if config.index else ((seg, buf, recs, None) for seg, buf, recs in
                                                          reader.record_chunks())
     for seg, buf, recs, entries in chunks:
@@ -142,7 +149,9 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
         if summary.phy_mismatch is None:
             summary.phy_mismatch = first_misplaced(seg, recs)
         if queues is not None:
-            queues.add(seg, dispatch(buf, seg, recs, delays, config.light_queues))
+            queues.add(seg, dispatch(buf, seg, recs, delays, config.light_queues, batch_topics))
+        if batches is not None:
+            batches.add(seg, dispatch_batch(buf, seg, recs, batch_topics))
         summary.rollback_skipped += rollback_count(recs)
         if entries is not None:
             positions = entry_positions(buf, seg, recs, entries)
@@ -159,13 +168,20 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
             progress(reader)
 
 
-def _queues_manifest(queues: ConsumeQueueWriter, config: BuildConfig, segments: list[Segment]) -> dict:
+def _queues_manifest(queues: ConsumeQueueWriter, config: BuildConfig, segments: list[Segment],
+                     batches: BatchQueueWriter | None = None) -> dict:
     """The manifest's ``consumequeues``: the file size, the CommitLog's first offset (what a restarted broker's
-    lookups depend on), and every queue written."""
+    lookups depend on), and every queue written; with ``batches``, the batch consume queues (``batch``)."""
     written = queues.close()
-    return {"file_size": config.queue_file_size, "commitlog_min_offset": segments[0].base_offset if segments else 0,
-            "queues": [q.as_dict() for q in written], "entries": sum(q.entries for q in written),
-            "files": sum(len(q.files) for q in written), "dropped": dict(queues.dropped), "gaps": queues.gaps}
+    out = {"file_size": config.queue_file_size, "commitlog_min_offset": segments[0].base_offset if segments else 0,
+           "queues": [q.as_dict() for q in written], "entries": sum(q.entries for q in written),
+           "files": sum(len(q.files) for q in written), "dropped": dict(queues.dropped), "gaps": queues.gaps}
+    if batches is not None:
+        made = batches.close()
+        out["batch"] = {"file_size": config.batch_file_size, "topics": list(config.batch_topics),
+                        "queues": [q.as_dict() for q in made], "units": sum(q.units for q in made),
+                        "files": sum(len(q.files) for q in made), "skipped": batches.skipped}
+    return out
 
 
 def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,

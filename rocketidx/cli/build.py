@@ -54,6 +54,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                    help="the properties file the broker was started with (mqbroker -c FILE): its messageDelayLevel, "
                         "mappedFileSizeConsumeQueue, maxHashSlotNum and maxIndexNum are used; flags win")
     b.add_argument("--broker-version", default=None, help=BROKER_VERSION_HELP)
+    b.add_argument("--topic-config", default=None,
+                   help="the broker's topic table (STORE/config/topics.json): its queue.type=BatchCQ topics get "
+                        "batch consume queues (OUT/batchconsumequeue) instead of ConsumeQueues; in process, whole log")
     b.add_argument("--time-index", default=None,
                    help="time index directory: a --from/--to-time build reads only the blocks it needs, a whole "
                         "read keeps it up to date (default OUT/_timeindex for a local OUT; 'none': neither)")
@@ -70,7 +73,7 @@ def run_build(a: argparse.Namespace) -> int:
                             to_offset=a.to_offset, from_time_ms=a.from_time, to_time_ms=a.to_time,
                             time_index=a.time_index, overwrite=a.overwrite, strict=a.strict,
                             in_process=a.in_process, master=a.master, spark_conf=a.spark_conf,
-                            split_bytes=a.split_bytes, partitions=a.partitions)
+                            split_bytes=a.split_bytes, partitions=a.partitions, topic_config=a.topic_config)
     if a.in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
                                             ("spark_conf", "split_bytes", "partitions")):
         return 2

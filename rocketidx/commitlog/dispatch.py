@@ -78,19 +78,35 @@ class Dispatched(NamedTuple):
         return len(self.queue_id)
 
 
-def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
-             light_queues: LightQueues | None = None) -> Dispatched:
-    """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring); with ``light_queues``, each
-    record's light-queue units follow its own entry (:func:`_with_light_queues`)."""
+def entry_records(recs: np.ndarray) -> np.ndarray:
+    """The records that make an entry: transaction types NOT_TYPE (0) and COMMIT (8)."""
     tx = recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK
-    recs = recs[(tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)]
-    u8 = np.frombuffer(buf, np.uint8, seg.size)
-    P = recs[:, L.REC_POS]
-    topics, topic_index = _topics(u8, recs)
+    return recs[(tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)]
+
+
+def tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
+    """Each record's tagsCode before any delay: the kernel's where it settled it, else computed here."""
     tags_code = recs[:, L.REC_TAGS_CODE].copy()
     unknown = np.flatnonzero(tags_code == L.TAGS_CODE_UNKNOWN)
     if len(unknown):
         tags_code[unknown] = _tags_codes(u8, recs[unknown])
+    return tags_code
+
+
+def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
+             light_queues: LightQueues | None = None, batch_topics: frozenset[str] = frozenset()) -> Dispatched:
+    """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring); with ``light_queues``, each
+    record's light-queue units follow its own entry (:func:`_with_light_queues`); the records of
+    ``batch_topics`` (BatchCQ) make none here (:func:`rocketidx.consumequeue.batch.dispatch_batch`)."""
+    recs = entry_records(recs)
+    u8 = np.frombuffer(buf, np.uint8, seg.size)
+    topics, topic_index = topics_of(u8, recs)
+    if batch_topics and batch_topics.intersection(topics):
+        keep = ~np.asarray([t in batch_topics for t in topics], bool)[topic_index]
+        recs = recs[keep]
+        topics, topic_index = topics_of(u8, recs)
+    P = recs[:, L.REC_POS]
+    tags_code = tags_codes(u8, recs)
     store_ts = recs[:, L.REC_STORE_TS]
     if L.SCHEDULE_TOPIC in topics:
         scheduled = topic_index == topics.index(L.SCHEDULE_TOPIC)
@@ -128,15 +144,15 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     both = np.flatnonzero(has_names & has_offsets)
     if not len(both):
         return d
-    names = _java_split(_strings(data, n_start[both], n_len[both]))
-    offsets = _java_split(_strings(data, o_start[both], o_len[both]))
+    names = _java_split(property_strings(data, n_start[both], n_len[both]))
+    offsets = _java_split(property_strings(data, o_start[both], o_len[both]))
     n_count = pc.list_value_length(names).to_numpy(zero_copy_only=False)
     o_count = pc.list_value_length(offsets).to_numpy(zero_copy_only=False)
     same = n_count == o_count
     record = np.repeat(rows[both][same], n_count[same])  # the unit's row in d
     flat_names = pc.list_flatten(names.filter(pa.array(same)))
     flat_offsets = pc.list_flatten(offsets.filter(pa.array(same)))
-    parsed, throws = _java_parse_longs(flat_offsets)
+    parsed, throws = java_parse_longs(flat_offsets)
     separator = pc.match_substring(flat_names, "/").to_numpy(zero_copy_only=False)
     left_out = (("light_queue_name_holds_separator", int(separator.sum())),
                 ("light_queue_offset_not_a_long", int((~separator & throws).sum())))
@@ -197,7 +213,7 @@ def _left(d: Dispatched, left_out: tuple) -> Dispatched:
                       d.position, left_out)
 
 
-def _strings(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
+def property_strings(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> pa.Array:
     """The byte ranges ``[start, start+length)`` of ``data`` as Java strings."""
     d, o = gather_ranges(data, start, length)
     return decode_java_utf8(binary_array(d, o))
@@ -216,7 +232,7 @@ def _java_split(values: pa.Array) -> pa.ListArray:
 _JAVA_LONG = r"^[+-]?[0-9]+$"  # Long.parseLong's form (ASCII digits: the broker wrote these with Long.toString)
 
 
-def _java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws)."""
     throws = ~pc.match_substring_regex(values, _JAVA_LONG).to_numpy(zero_copy_only=False)
     out = np.zeros(len(values), np.int64)
@@ -241,7 +257,7 @@ def _tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
     return java_string_hash(pa.array(tag_values, pa.string())).astype(np.int64)[tag_index]
 
 
-def _topics(u8: np.ndarray, recs: np.ndarray) -> tuple[list[str], np.ndarray]:
+def topics_of(u8: np.ndarray, recs: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The records' topics, dictionary-encoded. Where the reader grouped them (``REC_TOPIC_KEY``: the kernel
     compares topic bytes while the record is in cache) only one record of each group is decoded here."""
     key = recs[:, L.REC_TOPIC_KEY]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError, StoreLockedError
 from rocketidx.index.writer import FileInfo
+import rocketidx.layout as L
 from rocketidx.output.manifest import (CONSUMEQUEUE_DIR, CURRENT, CURRENT_FILE, INDEX_DIR, MANIFEST, VERSION_PREFIX, Manifest, ManifestFile)
 from rocketidx.index.windows import assign_file_names
 import rocketidx.interrupts as interrupts
@@ -161,7 +162,7 @@ def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz,
         os.rename(src, staging / INDEX_DIR / name)
         rows.append(ManifestFile.committed(f, name))
     for extra in staging.iterdir():
-        if extra.name not in (INDEX_DIR, CONSUMEQUEUE_DIR):
+        if extra.name not in (INDEX_DIR, CONSUMEQUEUE_DIR, L.BATCH_CQ_DIR):
             shutil.rmtree(extra, ignore_errors=True)
     written = Manifest.build(manifest, rows)
     _write_atomic(staging / MANIFEST, written.to_json())
@@ -179,6 +180,11 @@ def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz,
         _symlink_atomic(f"{CURRENT}/{CONSUMEQUEUE_DIR}", out / CONSUMEQUEUE_DIR)
     elif not queues and (out / CONSUMEQUEUE_DIR).is_symlink():
         (out / CONSUMEQUEUE_DIR).unlink()  # this build wrote no ConsumeQueue: no link into nothing
+    batches = (staging / L.BATCH_CQ_DIR).is_dir()
+    if batches and not (out / L.BATCH_CQ_DIR).is_symlink():
+        _symlink_atomic(f"{CURRENT}/{L.BATCH_CQ_DIR}", out / L.BATCH_CQ_DIR)
+    elif not batches and (out / L.BATCH_CQ_DIR).is_symlink():
+        (out / L.BATCH_CQ_DIR).unlink()
     fsync_dir(out)
     _write_atomic(out / SUCCESS, "")
     if previous and previous != staging.name:

@@ -26,8 +26,8 @@ class Tally:
         return f"{self.same}/{self.total}"
 
 
-def queue_files(root: Path) -> dict[str, bytes]:
-    cq = root / "consumequeue"
+def queue_files(root: Path, area: str = "consumequeue") -> dict[str, bytes]:
+    cq = root / area
     return {str(p.relative_to(cq)): p.read_bytes() for p in sorted(cq.rglob("*")) if p.is_file()}
 
 
@@ -43,10 +43,11 @@ def loaded(name: str) -> bool:
     return len(parts) == 3
 
 
-def compare_queues(broker_store: Path, built: Path) -> Tally:
-    """Every queue file either side has, byte for byte; a file only one side has counts as a difference. A
-    broker file its own load never opens is left out and listed (``unloaded``)."""
-    ours, theirs = queue_files(built), queue_files(broker_store)
+def compare_queues(broker_store: Path, built: Path, area: str = "consumequeue") -> Tally:
+    """Every queue file either side has under ``area`` (consumequeue, batchconsumequeue), byte for byte; a file
+    only one side has counts as a difference. A broker file its own load never opens is left out and listed
+    (``unloaded``)."""
+    ours, theirs = queue_files(built, area), queue_files(broker_store, area)
     tally = Tally()
     for name in sorted(set(ours) | set(theirs)):
         if name not in ours and not loaded(name):

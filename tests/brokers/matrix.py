@@ -73,6 +73,8 @@ def send_flags(version: str, conf: dict | None = None) -> list[str]:
     """Timer messages and the over-long consumer group exist on 5.x only; with enableMultiDispatch the
     workload names light queues (and on 4.9, whose client does not refuse it, one name holding '/')."""
     flags = ["timer", "longgroup"] if major(version) >= 5 else []
+    if (conf or {}).get("rocketidxBatchCQ") and major(version) >= 5:
+        flags.append("batchcq")
     if str((conf or {}).get("enableMultiDispatch", "")).lower() == "true":
         flags += ["lmq"] + (["lmqslash"] if major(version) < 5 else [])
     return flags
@@ -383,6 +385,7 @@ class Result:
     consumequeue: list[int] = field(default_factory=lambda: [0, 0])
     consumequeue_differ: dict[str, dict] = field(default_factory=dict)
     consumequeue_unloaded: list[str] = field(default_factory=list)  # broker files its own load never opens
+    batch_consumequeue: list[int] = field(default_factory=lambda: [0, 0])  # with --batchcq: files identical
     light_queues: int = 0  # %LMQ% queues the broker wrote (enableMultiDispatch)
     index: list[int] = field(default_factory=lambda: [0, 0])
     index_empty_tail: int = 0
@@ -406,6 +409,8 @@ class Result:
              f"V2 {self.log.get('v2', 0)}, with __CRC32# {self.log.get('prop_crc', 0)}")
         if self.light_queues:
             s += f"; light queues {self.light_queues}"
+        if self.batch_consumequeue[1]:
+            s += f"; batchconsumequeue {self.batch_consumequeue[0]}/{self.batch_consumequeue[1]} identical"
         if self.consumequeue_unloaded:
             s += (f"; {len(self.consumequeue_unloaded)} broker queue file(s) its own load never opens left out "
                   f"({', '.join(self.consumequeue_unloaded[:2])})")
@@ -462,6 +467,9 @@ def broker_phase(cluster: Cluster, res: Result, messages: int, seed: int) -> tup
 def build_phase(cluster: Cluster, res: Result, out: Path) -> bool:
     args = ["build", "--commitlog", str(cluster.store / "commitlog"), "--out", str(out),
             "--targets", "index,consumequeue", "--window", "0", "--broker-conf", str(cluster.broker_conf)]
+    topics = cluster.store / "config" / "topics.json"
+    if cluster.conf.get("rocketidxBatchCQ") and topics.is_file():  # the workload made BatchCQ topics
+        args += ["--topic-config", str(topics), "--in-process"]
     res.broker_version_flag = has_flag("build", "--broker-version")
     if res.broker_version_flag:
         args += ["--broker-version", cluster.version]
@@ -478,6 +486,13 @@ def compare_phase(cluster: Cluster, res: Result, out: Path) -> None:
     cq = compare.compare_queues(store, out)
     res.consumequeue = [cq.same, cq.total]
     res.consumequeue_unloaded = cq.unloaded
+    if (store / "batchconsumequeue").is_dir():
+        bcq = compare.compare_queues(store, out, "batchconsumequeue")
+        res.batch_consumequeue = [bcq.same, bcq.total]
+        for name in bcq.differ:
+            res.consumequeue_differ["batch:" + name] = {"only": "broker" if not (out / "batchconsumequeue" / name).exists()
+                                                        else "rocketidx" if not (store / "batchconsumequeue" / name).exists()
+                                                        else "both, bytes differ"}
     res.light_queues = sum(1 for p in (store / "consumequeue").glob("%LMQ%*/[0-9]*") if p.is_dir())
     theirs_q, ours_q = compare.queue_files(store), compare.queue_files(out)
     for name in cq.differ:
@@ -531,13 +546,15 @@ def query_phase(cluster: Cluster, res: Result, out: Path, queries: list, answers
 
 
 def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
-                settings: dict[str, str] | None = None) -> Result:
+                settings: dict[str, str] | None = None, batchcq: bool = False) -> Result:
     """The whole matrix step for one version in ``root`` (a fresh directory); the broker and namesrv are
     down when it returns, whatever happened. ``settings``: broker.conf keys over the harness's defaults."""
     res = Result(version, root=str(root), settings=dict(settings or {}))
     root.mkdir(parents=True, exist_ok=True)
     cluster = Cluster(version, root)
     cluster.conf.update(settings or {})
+    if batchcq:
+        cluster.conf["rocketidxBatchCQ"] = "true"  # read by send_flags and build_phase; unknown to the broker
     t_all = t = time.monotonic()
     try:
         cluster.start()
@@ -560,6 +577,7 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
         query_phase(cluster, res, out, queries, answers, started_ms)
         _timed(res, "rocketidx_query", t)
         res.ok = (res.consumequeue[0] == res.consumequeue[1] and res.index[0] == res.index[1]
+                  and res.batch_consumequeue[0] == res.batch_consumequeue[1]
                   and res.queries[0] + res.queries_late == res.queries[1] and not res.error)
     except (HarnessError, subprocess.TimeoutExpired, OSError, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"
@@ -612,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", help="where each version's fresh directory is made (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep the versions' directories (stores, logs, answers)")
     p.add_argument("--json", help="write the summary here")
+    p.add_argument("--batchcq", action="store_true",
+                   help="5.x: the workload also makes two queue.type=BatchCQ topics and sends batches to them; "
+                        "rocketidx builds with --topic-config STORE/config/topics.json and batchconsumequeue/ is compared")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker.conf setting over the harness's (repeatable), e.g. enabledAppendPropCRC=true")
     a = p.parse_args(argv)
@@ -624,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for v in a.versions:
             roots.append(Path(tempfile.mkdtemp(prefix=f"{v}-", dir=work)))
-            res = run_version(v, roots[-1], a.messages, a.seed, settings)
+            res = run_version(v, roots[-1], a.messages, a.seed, settings, batchcq=a.batchcq)
             results.append(res)
             print(res.line(), flush=True)
             for ln in details(res):

@@ -42,7 +42,9 @@ import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
  *                                                            a workload; one JSON line per message sent; with lmq,
  *                                                            a share of the messages (plain, delayed, transactional,
  *                                                            retried) name light queues in INNER_MULTI_DISPATCH
- *                                                            (lmqslash: one name holds '/', which 5.x clients refuse)
+ *                                                            (lmqslash: one name holds '/', which 5.x clients refuse);
+ *                                                            with batchcq (5.x), two queue.type=BatchCQ topics take
+ *                                                            batches of 1 to 16 messages and plain sends
  *   read  NAMESRV OUT                                          every queue of every topic, min to max offset
  *   readlmq NAMESRV OUT                                        every light queue a workload with "lmq" names
  *   query NAMESRV IN OUT                                       admin queryMessage for each "topic\tkey\tkind" line
@@ -53,6 +55,7 @@ public class Workload {
     static PrintWriter out;
     /** The light queues a workload with "lmq" names (the broker writes consumequeue/%LMQ%lqN/0/). */
     static final int LIGHT_QUEUES = 12;
+    static final String[] BATCH_TOPICS = {"BQA", "BQB"};
     static boolean lmq, lmqSlash;
 
     /** One to three light queues for message i, every one of them over a workload; "" for no light queue. */
@@ -159,6 +162,15 @@ public class Workload {
         List<String> created = new ArrayList<>(Arrays.asList(TOPICS));
         created.add(longTopic);
         created.add("TRetry");
+        if (flags.contains("batchcq")) {
+            for (String t : BATCH_TOPICS) {
+                TopicConfig tc = new TopicConfig(t, 3, 3, 6);
+                // 5.x: TopicConfig.setAttributes; the "+" adds the (unchangeable) attribute at creation.
+                TopicConfig.class.getMethod("setAttributes", Map.class).invoke(tc, Map.of("+queue.type", "BatchCQ"));
+                admin.createAndUpdateTopicConfig(brokerAddr, tc);
+                created.add(t);
+            }
+        }
         awaitRoutes(admin, created);
 
         log("topics created");
@@ -204,6 +216,30 @@ public class Workload {
         }
 
         log("plain sends done");
+        if (flags.contains("batchcq")) {
+            // Batches of 1 to 16 messages (each one record, INNER_NUM messages, on a BatchCQ topic) and plain sends.
+            int k = 0;
+            for (int b = 0; b < Math.max(20, n / 10); b++) {
+                String topic = BATCH_TOPICS[b % BATCH_TOPICS.length];
+                if (b % 4 == 3) {
+                    Message m = message(rnd, topic, k++, "bcq");
+                    SendResult r = null;
+                    try { r = producer.send(m); } catch (Exception e) { System.err.println("bcq send failed: " + e); }
+                    record("bcq-plain", r, m);
+                    continue;
+                }
+                List<Message> batch = new ArrayList<>();
+                for (int j = 0; j < 1 + (b * 7) % 16; j++) {
+                    Message m = message(rnd, topic, k++, "bcq");
+                    m.setBody(Arrays.copyOf(m.getBody(), Math.min(m.getBody().length, 2000)));
+                    batch.add(m);
+                }
+                SendResult r = null;
+                try { r = producer.send(batch); } catch (Exception e) { System.err.println("bcq batch send failed: " + e); }
+                for (Message m : batch) record("bcq-batch", r, m);
+            }
+            log("batch consume queue sends done");
+        }
         // Transactions: committed, rolled back, and left UNKNOW for the broker's check to settle.
         AtomicInteger checked = new AtomicInteger();
         TransactionMQProducer tx = new TransactionMQProducer("rocketidx-tx");
