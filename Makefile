@@ -69,6 +69,8 @@ brokers: $(STAMP)
 	cd tests && ../$(BIN)/python -m brokers.matrix --versions 4.9.8 5.1.4 5.5.0 --set enableLmq=true \
 		--set enableMultiDispatch=true --json ../bench-data/brokers-matrix-lmq.json
 	cd tests && ../$(BIN)/python -m brokers.light --json ../bench-data/brokers-light.json
+	cd tests && ../$(BIN)/python -m brokers.matrix --versions 5.1.4 5.3.3 5.5.0 --batchcq \
+		--json ../bench-data/brokers-matrix-batchcq.json
 	cd tests && ../$(BIN)/python -m brokers.campaign --json ../bench-data/brokers-campaign.json
 
 # What a cluster's executors need (docs/spark.md): dist/rocketidx-env.tar.gz (venv-pack: numpy, pyarrow, pandas

@@ -116,6 +116,19 @@ class BuildConfig:
         return "index" in self.targets
 
     @property
+    def batch_queues(self) -> bool:
+        """Whether the build writes batch consume queues (the consumequeue target and BatchCQ topics)."""
+        return "consumequeue" in self.targets and bool(self.batch_topics)
+
+    def refuse_batch_queues(self, plan: str) -> None:
+        """A plan that cannot write batch consume queues yet refuses a build that would (rather than put the
+        BatchCQ topics' records in ConsumeQueues, which the broker would refuse to load)."""
+        if self.batch_queues:
+            raise ConfigError("--topic-config", ", ".join(self.batch_topics),
+                              f"batch consume queues are built in process over the whole log into a local output "
+                              f"for now, not {plan}")
+
+    @property
     def consumequeue(self) -> bool:
         return "consumequeue" in self.targets
 

@@ -62,6 +62,8 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     file name must sort after this one.
     """
     remote = storage.is_remote(out)
+    if remote or start_offset is not None:
+        config.refuse_batch_queues("a remote output" if remote else "a backfill's range")
     with built_here(out) as target:
         return _build_index_at(commitlog, target, config, segments=segments, progress=progress, native=native,
                                start_offset=start_offset, skip_entries=skip_entries, name_after=name_after,
@@ -196,6 +198,7 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
     :func:`finish_build`.
     """
+    config.refuse_batch_queues("a range")
     remote = storage.is_remote(out)
     with built_here(out) as target:
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,

@@ -74,7 +74,7 @@ def _print_store(report, as_json: bool) -> int:
         print(f"{what}: skipped: {why}")
     for queue, why in st.get("unexplained_queues", {}).items():
         print(f"consumequeue/{queue}: not a problem, listed apart: {why}")
-    for area in ("index", "consumequeue", "checkpoint"):
+    for area in ("index", "consumequeue", "batchconsumequeue", "checkpoint"):
         r = report.areas.get(area)
         if r is None:
             print(f"{area}: not present")

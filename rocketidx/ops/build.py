@@ -19,7 +19,6 @@ from rocketidx.build.summary import BuildSummary, unread
 from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import Segment, commitlog_dir, list_segments
 from rocketidx.config import BuildRequest
-from rocketidx.errors import ConfigError
 from rocketidx.ops.engine import engine_for
 from rocketidx.ops.progress import SILENT, Progress
 from rocketidx.output import safety
@@ -65,14 +64,11 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     safety.check_replace(r.out, safety.BuildKind(commitlog_dir(r.commitlog), r.filters, cfg.window_ms,
                                                  cfg.hash_slot_num, cfg.index_num, cfg.targets,
                                                  cfg.queue_file_size if cfg.consumequeue else None), r.overwrite)
-    batch = cfg.consumequeue and bool(cfg.batch_topics)
-    if batch and (r.filters or storage.is_remote(r.out)):
-        raise ConfigError("--topic-config", ", ".join(cfg.batch_topics),
-                          "batch consume queues are built over the whole log into a local output for now: drop the "
-                          "range" if r.filters else "batch consume queues are written to a local output for now")
+    if r.filters or storage.is_remote(r.out):
+        cfg.refuse_batch_queues("a range" if r.filters else "a remote output")
     work = _work_bytes(r, segments)
     engine = engine_for(r.engine, work, in_process_only="batch consume queues (--topic-config) are built in process "
-                                                        "for now" if batch else None)
+                                                        "for now" if cfg.batch_queues else None)
     t0 = time.monotonic()
     spark_stats = None
     if engine.spark:

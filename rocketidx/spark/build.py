@@ -138,6 +138,7 @@ def build_index_spark(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     :func:`rocketidx.build.finish.finish_build`.
     """
     t0 = time.monotonic()
+    config.refuse_batch_queues("on Spark")
     # Resolved here, on the driver: executors read and write in working directories of their own.
     commitlog, out = storage.resolve(commitlog), storage.resolve(out)
     output = open_output(out)

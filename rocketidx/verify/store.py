@@ -163,9 +163,10 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     if rocksdb:
         state["skipped"]["consumequeue"] = ("a RocksDB database (storeType=defaultRocksDB), which rocketidx does not "
                                             "check yet; the restart model assumes its queues reach the log's end")
-    for topic in batch:
+    check_batch = bool(batch) and builder is None  # batch consume queues are rebuilt in process for now
+    for topic in batch if not check_batch else ():
         state["skipped"][f"consumequeue/{topic}"] = ("a BatchCQ topic (config/topics.json): its queues live in "
-                                                     "batchconsumequeue/, which rocketidx does not check yet")
+                                                     "batchconsumequeue/, which rocketidx checks in process only")
     report = StoreReport(str(store), state)
     pre, files, sizes = VerifyReport(), [], None
     if store.index.is_dir() and any(store.index.iterdir()):
@@ -176,7 +177,9 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     file_size = (list_queues(str(cq_dir), VerifyReport())[1] if files_cq else 0) or cq_file_size
     scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))
     try:
-        rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder, lmq)
+        batch_size = _batch_file_size(store.root / L.BATCH_CQ_DIR, (broker or {}).get("mapperFileSizeBatchConsumeQueue"))
+        rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder, lmq,
+                           batch=(tuple(batch), batch_size) if check_batch else None)
         model = restart.restart_model(
             abort=abort, version=version, switches=switches, queues_end=queues_end(str(cq_dir)) if files_cq
             else (rebuilt.log_end if rocksdb else -1), segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
@@ -201,6 +204,15 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             restart=queue_restart, light_queues=lmq)
         state["restart_model"]["consumequeue"] = {"restored_entries": queue_restart.restored,
                                                   "lost_entries": queue_restart.lost}
+        if check_batch:
+            report.areas["batchconsumequeue"] = compare_batch_files(store.root / L.BATCH_CQ_DIR,
+                                                                    scratch / "build" / L.BATCH_CQ_DIR)
+            report.restart["batchconsumequeue"] = {
+                k: BATCH_RESTART[k].format(how=model.how, again="dispatches no record again: the file stays missing"
+                                           if model.redispatch_from is None else
+                                           f"re-dispatches the records from offset {model.redispatch_from} on: "
+                                           "the file's units of records before that stay missing")
+                for k in report.areas["batchconsumequeue"].counts}
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     report.areas["consumequeue"] = cq
@@ -278,7 +290,7 @@ class _Rebuilt:
 
 
 def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_size: int, delays_ms, check_crc: bool,
-             builder, light_queues=None) -> _Rebuilt:
+             builder, light_queues=None, batch: tuple[tuple[str, ...], int] | None = None) -> _Rebuilt:
     """The one read: the queues (and, with ``sizes``, the index) rebuilt from the whole log into ``out``."""
     from rocketidx.config import BuildConfig
     from rocketidx.consumequeue.writer import QueueInfo
@@ -289,7 +301,8 @@ def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_siz
                          index_num=sizes[1] if sizes else L.DEFAULT_INDEX_NUM, window_ms=0, timezone="UTC",
                          check_crc=check_crc, targets=("index", "consumequeue") if sizes else ("consumequeue",),
                          cq_file_size=file_size, delay_levels=" ".join(f"{d // 1000}s" for d in delays_ms),
-                         light_queues=light_queues)
+                         light_queues=light_queues, **({"batch_topics": batch[0], "batch_file_size": batch[1]}
+                                                       if batch else {}))
     manifest, summary = builder(commitlog, out, config, time_index=None)
     rows = list(Manifest.from_dict(manifest, str(out)).files) if sizes else []
     infos = [QueueInfo(**q) for q in manifest["consumequeues"]["queues"]]
@@ -298,6 +311,50 @@ def _rebuild(commitlog: Path, out: Path, sizes: tuple[int, int] | None, file_siz
     return _Rebuilt([out / INDEX_DIR / f.name for f in rows], summary.entries,
                     (min(f.begin_phy_offset for f in rows), max(f.end_phy_offset for f in rows)) if rows else None,
                     lambda *_: (str(out / CONSUMEQUEUE_DIR), infos, log_end), log_end)
+
+
+BATCH_RESTART = {
+    "missing-file": "a restart {again} ({how}; the batch consume queues' ends take part in where it starts)",
+    "extra-file": "kept",
+    "unit": "kept: consumers are sent what these units say (BatchConsumeQueue.getBatchMessage)",
+    "file-size": "the broker's load stops at a batch consume queue file of another length: it does not start",
+}
+
+
+def _batch_file_size(directory: Path, from_conf) -> int:
+    """The size most of the store's batch consume queue files share, else the broker conf's, else the default."""
+    from collections import Counter
+    sizes = Counter(p.stat().st_size for p in directory.glob("*/*/*") if p.is_file()) if directory.is_dir() else None
+    return sizes.most_common(1)[0][0] if sizes else int(from_conf or L.DEFAULT_BATCH_CQ_FILE_SIZE)
+
+
+def compare_batch_files(store_dir: Path, rebuilt_dir: Path) -> VerifyReport:
+    """The store's batch consume queue files against the rebuild's, file by file: a file the rebuild makes
+    and the store lacks, one the store holds and the rebuild does not, one of another length, and the first
+    46-byte unit that differs in each file."""
+    report = VerifyReport()
+    theirs = {str(p.relative_to(store_dir)): p for p in store_dir.glob("*/*/*") if p.is_file()} \
+        if store_dir.is_dir() else {}
+    ours = {str(p.relative_to(rebuilt_dir)): p for p in rebuilt_dir.glob("*/*/*") if p.is_file()} \
+        if rebuilt_dir.is_dir() else {}
+    for name in sorted(set(theirs) | set(ours)):
+        if name not in theirs:
+            report.add(str(store_dir / name), 0, "missing-file", "the rebuild's batch consume queue file is missing")
+            continue
+        if name not in ours:
+            report.add(str(theirs[name]), 0, "extra-file", "a batch consume queue file no rebuild makes")
+            continue
+        a, b = theirs[name].read_bytes(), ours[name].read_bytes()
+        sizes = np.frombuffer(b, np.dtype([("head", "V8"), ("size", ">i4"), ("rest", "V34")]),
+                              len(b) // L.BATCH_CQ_UNIT_SIZE)["size"]
+        report.entries_checked += int(np.count_nonzero(sizes > 0))
+        if len(a) != len(b):
+            report.add(str(theirs[name]), min(len(a), len(b)), "file-size", f"{len(a)} bytes, the rebuild's {len(b)}")
+        elif a != b:
+            at = next(i for i in range(0, len(a), L.BATCH_CQ_UNIT_SIZE)
+                      if a[i:i + L.BATCH_CQ_UNIT_SIZE] != b[i:i + L.BATCH_CQ_UNIT_SIZE])
+            report.add(str(theirs[name]), at, "unit", "the first unit that is not the rebuild's")
+    return report
 
 
 def _checkpoint_problems(files, model) -> VerifyReport:

@@ -121,3 +121,15 @@ def test_light_queues_are_the_brokers_and_serve_every_message_after_a_repair(jar
     assert res["light_files"][0] == res["light_files"][1] > 10, res
     assert res["missing_after"] == 0 and res["same_as_before"], res
 
+
+@pytest.mark.skipif(major(VERSION) < 5, reason="queue.type=BatchCQ topics exist from 5.0")
+def test_batch_consume_queues_are_the_brokers_own_bytes(jars, tmp_path):
+    """Two queue.type=BatchCQ topics take batches of 1 to 16 messages and plain sends: rocketidx build
+    --topic-config writes the broker's batchconsumequeue/ files byte for byte, and the rest as before."""
+    from brokers.matrix import run_version
+    res = run_version(VERSION, tmp_path / "batchcq", messages=300, seed=3, batchcq=True)
+    assert res.error is None, res.error
+    assert res.batch_consumequeue[1] >= 4 and res.batch_consumequeue[0] == res.batch_consumequeue[1], \
+        res.consumequeue_differ
+    assert res.consumequeue[0] == res.consumequeue[1] and res.index[0] == res.index[1], res.consumequeue_differ
+

@@ -85,8 +85,9 @@ def test_a_batch_cq_topic_is_skipped_and_its_queues_never_written(tmp_path, caps
 
     assert main(["verify", "--store", str(store), "--json"] + flags) == 1
     report = json.loads(capsys.readouterr().out)
-    assert "BatchCQ" in report["state"]["skipped"]["consumequeue/TopicPay"]
+    assert "consumequeue/TopicPay" not in report["state"]["skipped"]  # issue 34: verify checks its batch queues
     assert report["areas"]["consumequeue"]["clean"]  # no missing-queue for it
+    assert report["areas"]["batchconsumequeue"]["counts"]  # the made-up file is not the rebuild's
 
     out = _repair(store, flags, capsys)
     assert "skipped  consumequeue/TopicPay: a BatchCQ topic" in out
