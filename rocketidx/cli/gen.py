@@ -18,7 +18,7 @@ def cmd_gen(a) -> int:
                     queues=a.queues,
                     keys_per_message=a.keys_per_message, span_ms=a.span, start_ms=a.start_ms, seed=a.seed,
                     clock_steps=a.clock_steps, clock_back_ms=a.clock_back, share_lmq=a.share_lmq,
-                    lmq_queues=a.lmq_queues)
+                    lmq_queues=a.lmq_queues, share_batch=a.share_batch)
     t0 = time.monotonic()
     info = generate_store(a.out, cfg, replace=a.replace)
     info["wall_s"] = round(time.monotonic() - t0, 2)
@@ -102,6 +102,9 @@ def add_gen_parser(sub) -> None:
                         "offsets a broker with enableLmq assigns (default 0)")
     g.add_argument("--lmq-queues", type=count_arg("--lmq-queues"), default=10,
                    help="light queues those messages spread over: %%LMQ%%L0, %%LMQ%%L1, ... (default 10)")
+    g.add_argument("--share-batch", type=_share, default=0.0,
+                   help="share of the messages (0 to 1) that are inner batches of 2 to 16 messages on the BatchCQ "
+                        "topic BatchTopic, which STORE/config/topics.json marks queue.type=BatchCQ (default 0)")
     g.add_argument("--replace", action="store_true",
                    help="overwrite the CommitLog of a directory gen did not write (default: refuse)")
     g.add_argument("--json", action="store_true", help="print the summary as one JSON line")

@@ -201,3 +201,21 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def lookup_batch(directory: str | os.PathLike, topic: str, queue_id: int, offset: int) -> tuple[int, ...] | None:
+    """The unit a broker's ``getBatchMsgIndexBuffer(offset)`` finds in ``directory/<topic>/<queueId>/`` (a
+    ``batchconsumequeue/``): the one with the largest base offset at or below ``offset`` (so an offset inside a
+    batch finds its batch), as (phy_offset, size, tags_code, store_time, base, batch_size); None below the
+    queue's first base, at or past its last base + batch size, or where there is no such queue."""
+    qdir = os.path.join(directory, topic, str(queue_id))
+    if not os.path.isdir(qdir):
+        return None
+    units = np.concatenate([np.fromfile(os.path.join(qdir, n), BATCH_UNIT) for n in sorted(os.listdir(qdir))
+                            if n.isdigit()] or [np.zeros(0, BATCH_UNIT)])
+    units = units[(units["size"] > 0) & (units["batch_size"] > 0) & (units["base"] >= 0)]  # recover()'s test
+    if not len(units) or offset < units["base"][0] or offset >= units["base"][-1] + units["batch_size"][-1]:
+        return None
+    u = units[int(np.searchsorted(units["base"], offset, side="right")) - 1]
+    return (int(u["phy_offset"]), int(u["size"]), int(u["tags_code"]), int(u["store_time"]), int(u["base"]),
+            int(u["batch_size"]))

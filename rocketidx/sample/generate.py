@@ -50,6 +50,10 @@ class GenConfig:
     # INNER_MULTI_DISPATCH, with the offsets a broker with enableLmq assigns in INNER_MULTI_QUEUE_OFFSET.
     share_lmq: float = 0.0
     lmq_queues: int = 10
+    # Batch consume queues: this share of the messages are inner batches of 2 to 16 messages on the BatchCQ
+    # topic ``BatchTopic`` (INNER_NUM, INNER_BASE; queue offsets advance by the batch's size), which a
+    # config/topics.json beside commitlog/ marks queue.type=BatchCQ.
+    share_batch: float = 0.0
 
     def __post_init__(self) -> None:
         if self.segment_bytes < 4096:
@@ -60,12 +64,16 @@ class GenConfig:
             raise ConfigError("queues", self.queues, "must be at least 1")
         if self.clock_steps < 0 or self.clock_back_ms < 0:
             raise ConfigError("clock_steps", (self.clock_steps, self.clock_back_ms), "must not be negative")
+        if not 0.0 <= self.share_batch <= 1.0:
+            raise ConfigError("share_batch", self.share_batch, "a share from 0 to 1 of the messages")
         if not 0.0 <= self.share_lmq <= 1.0 or self.lmq_queues < 1:
             raise ConfigError("share_lmq", (self.share_lmq, self.lmq_queues),
                               "a share from 0 to 1 of the messages, over at least one light queue")
 
 
 _BLANK = struct.Struct(">iI")
+BATCH_TOPIC = b"BatchTopic"  # the BatchCQ topic of a store made with share_batch
+INNER_BATCH_FLAGS = 0x40 | 0x80  # MessageSysFlag.NEED_UNWRAP_FLAG | INNER_BATCH_FLAG
 # What the generator's bytes are, beyond its settings: 2 = queue offsets counted per (topic, queue) as a broker
 # counts them (transaction halves and rollbacks take none). A cached store of another format is stale.
 GEN_FORMAT = 2
@@ -102,6 +110,8 @@ def foreign_files(out: str | os.PathLike) -> list[str]:
     for p in sorted(root.iterdir()):
         if p.name == "generator.json" and p.is_file():
             continue
+        if ours and p.name == "config" and p.is_dir() and [q.name for q in p.iterdir()] == ["topics.json"]:
+            continue  # the topic table a store with batch records holds
         if p.name == "commitlog" and p.is_dir():
             found += [str(q) for q in sorted(p.iterdir()) if not (ours and q.is_file() and len(q.name) == 20
                                                                  and q.name.isdigit())]
@@ -179,6 +189,8 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
     lmq_names = rng.integers(0, cfg.lmq_queues, (n, 3)) if cfg.share_lmq else None
     lmq_count = rng.integers(1, 4, n) if cfg.share_lmq else None
     lmq_offsets: dict[str, int] = {}
+    batch = rng.random(n) < cfg.share_batch if cfg.share_batch else np.zeros(n, bool)
+    batch_sizes = rng.integers(2, 17, n) if cfg.share_batch else None
 
     seg_size = cfg.segment_bytes
     base = 0
@@ -199,19 +211,23 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
 
     for i in range(n):
         is_v2 = bool(v2[i])
-        topic = retry_topic if is_v2 else topics[topic_i[i]]
+        inner = bool(batch[i]) and not is_v2 and not tx[i]
+        topic = retry_topic if is_v2 else BATCH_TOPIC if inner else topics[topic_i[i]]
         keys = " ".join(f"K{key_ids[i, j]}" for j in range(n_keys[i]))
         props = f"KEYS\x01{keys}\x02TAGS\x01Tag{tags[i]}\x02"
         if has_uniq[i]:
             props = f"UNIQ_KEY\x01{uniq_prefix}{i:012X}\x02" + props
-        if lmq[i] and not is_v2:  # a %RETRY% topic's message is not dispatched to light queues (5.x)
+        if inner:  # one record holding a producer's batch: its size and first queue offset (SendMessageProcessor)
+            qkey = (-2, int(queue_ids[i]))
+            props += f"INNER_NUM\x01{int(batch_sizes[i])}\x02INNER_BASE\x01{queue_offsets.get(qkey, 0)}\x02"
+        elif lmq[i] and not is_v2:  # a %RETRY% topic's message is not dispatched to light queues (5.x)
             props += _light_queue_properties(lmq_names[i, :lmq_count[i]], lmq_offsets,
                                              counts=not (tx[i] and int(tx_kind[i]) in (L.SYSFLAG_TX_PREPARED,
                                                                                        L.SYSFLAG_TX_ROLLBACK)))
         props_b = props.encode()
         body = pool[body_i[i]]
         sys_flag = (int(tx_kind[i]) if tx[i] else 0) | (L.SYSFLAG_BORNHOST_V6 if born6[i] else 0) \
-            | (L.SYSFLAG_STOREHOST_V6 if store6[i] else 0)
+            | (L.SYSFLAG_STOREHOST_V6 if store6[i] else 0) | (INNER_BATCH_FLAGS if inner else 0)
         total = int(L.record_length(is_v2, bool(born6[i]), bool(store6[i]), len(body), len(topic), len(props_b)))
         if pos + total + L.BLANK_RECORD_SIZE > seg_size:
             # doAppend: a record must leave room for a blank record (END_FILE_MIN_BLANK_LENGTH), so one
@@ -226,12 +242,12 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
             pos = 0
         # A broker's queue offsets count per (topic, queue), and only messages that enter a ConsumeQueue take
         # one: a prepared or rolled-back transaction record carries QUEUEOFFSET 0 (DefaultAppendMessageCallback).
-        qkey = (-1 if is_v2 else int(topic_i[i]), int(queue_ids[i]))
+        qkey = (-1 if is_v2 else -2 if inner else int(topic_i[i]), int(queue_ids[i]))
         if tx[i] and int(tx_kind[i]) in (L.SYSFLAG_TX_PREPARED, L.SYSFLAG_TX_ROLLBACK):
             qoff = 0
         else:
             qoff = queue_offsets.get(qkey, 0)
-            queue_offsets[qkey] = qoff + 1
+            queue_offsets[qkey] = qoff + (int(batch_sizes[i]) if inner else 1)
         buf += L.RECORD_PREFIX_STRUCT.pack(total, L.MAGIC_V2 if is_v2 else L.MAGIC_V1, pool_crc[body_i[i]], int(queue_ids[i]), 0,
                            qoff, base + pos, sys_flag, int(born_ts[i]))
         buf += born6b if born6[i] else born4
@@ -250,6 +266,12 @@ def generate_store(out: str | os.PathLike, cfg: GenConfig, *, replace: bool = Fa
     flush()
     f.truncate(seg_size)
     f.close()
+    if cfg.share_batch:
+        (Path(out) / "config").mkdir(exist_ok=True)
+        (Path(out) / "config" / "topics.json").write_text(json.dumps({"topicConfigTable": {
+            BATCH_TOPIC.decode(): {"topicName": BATCH_TOPIC.decode(), "readQueueNums": cfg.queues,
+                                   "writeQueueNums": cfg.queues, "perm": 6,
+                                   "attributes": {"queue.type": L.BATCH_CQ}}}}, indent=1) + "\n")
     info = {"store": str(out), "segments": segments, "segment_bytes": seg_size, "messages": records,
             "end_offset": base + pos, "config": asdict(cfg), "format": GEN_FORMAT}
     (Path(out) / "generator.json").write_text(json.dumps(info, indent=2) + "\n")

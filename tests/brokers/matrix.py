@@ -386,6 +386,7 @@ class Result:
     consumequeue_differ: dict[str, dict] = field(default_factory=dict)
     consumequeue_unloaded: list[str] = field(default_factory=list)  # broker files its own load never opens
     batch_consumequeue: list[int] = field(default_factory=lambda: [0, 0])  # with --batchcq: files identical
+    batch_lookups: list[int] = field(default_factory=lambda: [0, 0])  # message offsets a pull read: same unit
     light_queues: int = 0  # %LMQ% queues the broker wrote (enableMultiDispatch)
     index: list[int] = field(default_factory=lambda: [0, 0])
     index_empty_tail: int = 0
@@ -410,7 +411,8 @@ class Result:
         if self.light_queues:
             s += f"; light queues {self.light_queues}"
         if self.batch_consumequeue[1]:
-            s += f"; batchconsumequeue {self.batch_consumequeue[0]}/{self.batch_consumequeue[1]} identical"
+            s += (f"; batchconsumequeue {self.batch_consumequeue[0]}/{self.batch_consumequeue[1]} identical, lookups "
+                  f"by message offset {self.batch_lookups[0]}/{self.batch_lookups[1]} as the broker served them")
         if self.consumequeue_unloaded:
             s += (f"; {len(self.consumequeue_unloaded)} broker queue file(s) its own load never opens left out "
                   f"({', '.join(self.consumequeue_unloaded[:2])})")
@@ -480,6 +482,18 @@ def build_phase(cluster: Cluster, res: Result, out: Path) -> bool:
     return run.returncode == 0
 
 
+def batch_lookups(read: Path, built: Path) -> list[int]:
+    """Every message the consumer pulled from a batch consume queue (an inner batch's messages come back one by
+    one, each with its own queue offset and the batch record's CommitLog offset) against rocketidx's lookup
+    of that offset in the built files: [the same record, pulled]."""
+    from rocketidx.consumequeue.batch import lookup_batch
+    topics = {p.name for p in built.iterdir()} if built.is_dir() else set()
+    got = [d for d in read_jsonl(read) if "queueOffset" in d and d["topic"] in topics]
+    same = sum((lookup_batch(built, d["topic"], d["queueId"], d["queueOffset"]) or (None,))[0] == d["phy"]
+               for d in got)
+    return [same, len(got)]
+
+
 def compare_phase(cluster: Cluster, res: Result, out: Path) -> None:
     store, slots = cluster.store, int(cluster.conf.get("maxHashSlotNum", 5000000))
     res.log = log_census(store / "commitlog")
@@ -489,6 +503,7 @@ def compare_phase(cluster: Cluster, res: Result, out: Path) -> None:
     if (store / "batchconsumequeue").is_dir():
         bcq = compare.compare_queues(store, out, "batchconsumequeue")
         res.batch_consumequeue = [bcq.same, bcq.total]
+        res.batch_lookups = batch_lookups(cluster.root / "read.jsonl", out / "batchconsumequeue")
         for name in bcq.differ:
             res.consumequeue_differ["batch:" + name] = {"only": "broker" if not (out / "batchconsumequeue" / name).exists()
                                                         else "rocketidx" if not (store / "batchconsumequeue" / name).exists()
@@ -578,6 +593,7 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
         _timed(res, "rocketidx_query", t)
         res.ok = (res.consumequeue[0] == res.consumequeue[1] and res.index[0] == res.index[1]
                   and res.batch_consumequeue[0] == res.batch_consumequeue[1]
+                  and res.batch_lookups[0] == res.batch_lookups[1]
                   and res.queries[0] + res.queries_late == res.queries[1] and not res.error)
     except (HarnessError, subprocess.TimeoutExpired, OSError, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"

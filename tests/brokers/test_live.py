@@ -132,4 +132,5 @@ def test_batch_consume_queues_are_the_brokers_own_bytes(jars, tmp_path):
     assert res.batch_consumequeue[1] >= 4 and res.batch_consumequeue[0] == res.batch_consumequeue[1], \
         res.consumequeue_differ
     assert res.consumequeue[0] == res.consumequeue[1] and res.index[0] == res.index[1], res.consumequeue_differ
+    assert res.batch_lookups[1] > 100 and res.batch_lookups[0] == res.batch_lookups[1], res.batch_lookups
 

@@ -130,3 +130,40 @@ def test_a_range_or_spark_build_of_batch_queues_is_refused_in_one_line(tmp_path,
     assert main(base + ["--out", str(tmp_path / "o3")]) == 0
     with pytest.raises(ConfigError):
         BuildConfig(batch_file_size=45)
+
+
+def test_a_sample_store_with_batch_records_builds_its_batch_queues(tmp_path):
+    """gen --share-batch: inner batches on BatchTopic, a topic table beside commitlog/ marking it, queue offsets
+    that advance by each batch's size; a regenerated store keeps its topic table as the generator's own."""
+    from rocketidx.sample.generate import GenConfig, generate_store
+    cfg = GenConfig(messages=3000, segment_bytes=1 << 20, share_batch=0.2, queues=2, seed=2)
+    generate_store(tmp_path / "s", cfg)
+    generate_store(tmp_path / "s", cfg)  # rewriting its own store: config/topics.json is not a stranger
+    topics = batch_topics_of(tmp_path / "s" / "config" / "topics.json")
+    assert topics == ("BatchTopic",)
+    manifest, _ = build_index(tmp_path / "s", tmp_path / "out", BuildConfig(
+        window_ms=0, targets=("consumequeue",), batch_topics=topics), time_index=None)
+    batch = manifest["consumequeues"]["batch"]
+    assert [q["queue_id"] for q in batch["queues"]] == [0, 1] and batch["units"] > 400
+    for q in batch["queues"]:
+        data = (tmp_path / "out" / L.BATCH_CQ_DIR / "BatchTopic" / str(q["queue_id"]) / q["files"][0]).read_bytes()
+        units = [UNIT.unpack_from(data, i * 46) for i in range(q["units"])]
+        assert all(b[4] + b[5] == a[4] for b, a in zip(units, units[1:]))  # base + size = the next base
+        assert {u[5] for u in units} <= set(range(2, 17)) and q["max_offset"] == units[-1][4] + units[-1][5]
+    assert not (tmp_path / "out" / "consumequeue" / "BatchTopic").exists()
+
+
+def test_a_lookup_by_message_offset_finds_the_batch_holding_it(tmp_path):
+    from rocketidx.consumequeue.batch import lookup_batch
+    recs = [Rec(topic=b"B", properties=props(("INNER_NUM", "4"), ("INNER_BASE", "10")), queue_id=0, queue_offset=10),
+            Rec(topic=b"B", queue_id=0, queue_offset=14),
+            Rec(topic=b"B", properties=props(("INNER_NUM", "3"), ("INNER_BASE", "15")), queue_id=0, queue_offset=15)]
+    seg = lay_segment(recs)
+    store = write_segments(tmp_path / "s", [seg])
+    build_index(store, tmp_path / "out", BuildConfig(window_ms=0, targets=("consumequeue",), batch_topics=("B",),
+                                                     batch_file_size=46 * 2), time_index=None)
+    d = tmp_path / "out" / L.BATCH_CQ_DIR
+    found = {o: (lookup_batch(d, "B", 0, o) or (None,))[0] for o in range(8, 20)}
+    a, b, c = seg.offsets
+    assert found == {8: None, 9: None, 10: a, 11: a, 12: a, 13: a, 14: b, 15: c, 16: c, 17: c, 18: None, 19: None}
+    assert lookup_batch(d, "B", 1, 10) is None and lookup_batch(d, "X", 0, 10) is None
