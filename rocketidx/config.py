@@ -551,6 +551,7 @@ class BackfillRequest:
     release: BrokerRelease = BrokerRelease(None, "5.x", False)
     engine: EngineRequest = EngineRequest()
     light_queues: LightQueues | None = None  # the broker's enableMultiDispatch: its light queues are rebuilt too
+    batch_file_size: int | None = None  # the broker conf's mapperFileSizeBatchConsumeQueue (None: not given)
 
 
 def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFILL_TARGETS), dry_run: bool = False,
@@ -572,7 +573,8 @@ def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFI
         timezone, check_crc, remove_unexplained, size and L.cq_file_size(size),
         broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), broker_release(broker_version),
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
-                       partitions=partitions), light_queues(broker, broker_release(broker_version)))
+                       partitions=partitions), light_queues(broker, broker_release(broker_version)),
+        broker.get("mapperFileSizeBatchConsumeQueue"))
 
 
 # --- the build's request ------------------------------------------------------------------------------------

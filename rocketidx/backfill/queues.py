@@ -95,6 +95,7 @@ class QueuePlan:
     rebuilt: str | None = None  # where the rebuild lies (the caller's scratch directory)
     unexplained: dict[str, str] = field(default_factory=dict)  # topic/queueId no rebuild makes -> why: left alone
     skipped: dict[str, str] = field(default_factory=dict)  # topic -> why its queues are neither written nor touched
+    area: str = "consumequeue"  # or batchconsumequeue (BatchCQ topics' 46-byte units)
 
     @property
     def changes(self) -> int:
@@ -107,17 +108,18 @@ class QueuePlan:
                 "unexplained": self.unexplained, "skipped": self.skipped}
 
     def lines(self) -> list[str]:
-        out = [f"consumequeue: files of {self.file_size:,} bytes ({self.size_from}); "
+        a = self.area
+        out = [f"{a}: files of {self.file_size:,} bytes ({self.size_from}); "
                + ", ".join(f"{k} {len(v)}" for k, v in self.actions.items())]
         for action in ("replace", "write", "remove"):
             for rel in self.actions[action][:20]:
-                out.append(f"  {action:8} consumequeue/{rel}")
+                out.append(f"  {action:8} {a}/{rel}")
             if len(self.actions[action]) > 20:
                 out.append(f"  ... and {len(self.actions[action]) - 20} more to {action}")
         for topic, why in self.skipped.items():
-            out.append(f"  skipped  consumequeue/{topic}: {why}")
+            out.append(f"  skipped  {a}/{topic}: {why}")
         for queue, why in self.unexplained.items():
-            out.append(f"  left     consumequeue/{queue}: {why}")
+            out.append(f"  left     {a}/{queue}: {why}")
         if not self.changes:
             out.append("  nothing to change: every queue file is the rebuild's")
         return out
@@ -168,6 +170,39 @@ def compare_queues(store: BrokerStore, files: dict[str, int], size: int, size_fr
         else:
             plan.actions["replace"].append(rel)
     return plan
+
+
+def batch_queue_plan(store: BrokerStore, rebuilt: Path, file_size: int, size_from: str,
+                     topics: tuple[str, ...]) -> QueuePlan:
+    """The plan for ``batchconsumequeue/``: the store's files of the BatchCQ ``topics`` against the rebuild's,
+    file by file (keep, replace, write, remove); a directory of any other topic is left and listed (the broker
+    would not load it as a batch queue: the store's topic table says what is one)."""
+    root = store.root / L.BATCH_CQ_DIR
+    plan = QueuePlan(str(store), file_size, size_from, rebuilt=str(rebuilt), area=L.BATCH_CQ_DIR)
+    theirs = {str(p.relative_to(root)): p for p in root.glob("*/*/*") if p.is_file() and p.parts[-3] in topics} \
+        if root.is_dir() else {}
+    ours = {str(p.relative_to(rebuilt)): p for p in rebuilt.glob("*/*/*") if p.is_file()} if rebuilt.is_dir() else {}
+    for other in sorted(p.name for p in root.iterdir() if p.name not in topics) if root.is_dir() else ():
+        plan.unexplained[other] = "not a queue.type=BatchCQ topic in config/topics.json: left as it is"
+    for rel in sorted(set(theirs) | set(ours)):
+        if rel not in theirs:
+            plan.actions["write"].append(rel)
+        elif rel not in ours:
+            plan.actions["remove"].append(rel)
+        elif theirs[rel].stat().st_size == file_size and same_bytes(theirs[rel], ours[rel]):
+            plan.actions["keep"].append(rel)
+        else:
+            plan.actions["replace"].append(rel)
+    return plan
+
+
+def install_batch_queues(store: Path, rebuilt: Path, plan: QueuePlan, stamp: str) -> Path:
+    """Swap the plan's batch queue files in (:func:`rocketidx.backfill.swap.install`, area batchconsumequeue);
+    the checkpoint is the ConsumeQueue install's to move. The backup directory."""
+    a = plan.actions
+    return swap.install(swap.Swap(
+        store, L.BATCH_CQ_DIR, rebuilt, tuple(a["replace"] + a["remove"]), tuple(a["replace"] + a["write"]),
+        note={"replace": a["replace"], "write": a["write"], "remove": a["remove"]}), stamp)
 
 
 # --- the repair -------------------------------------------------------------------------------------------

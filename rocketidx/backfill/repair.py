@@ -30,10 +30,12 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rocketidx.backfill.queues import QueueRepair, compare_queues, install_queues, queue_files, store_queue_file_size
+from rocketidx.backfill.queues import (QueueRepair, batch_queue_plan, compare_queues, install_batch_queues,
+                                       install_queues, queue_files, store_queue_file_size)
 from rocketidx.backfill.index import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
 import rocketidx.backfill.swap as swap
 from rocketidx.config import BuildConfig
@@ -45,6 +47,7 @@ from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
 @dataclass
 class StoreRepair:
     queues: QueueRepair | None = None
+    batch: QueueRepair | None = None  # batchconsumequeue/, with BatchCQ topics rebuilt in process
     index: BackfillResult | None = None
     wall_s: float = 0.0
     rolled_back: list[str] = field(default_factory=list)
@@ -54,7 +57,8 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                  hash_slot_num: int | None = None, index_num: int | None = None, window_ms: int = 0,
                  timezone_name: str = "local", cq_file_size: int | None = None,
                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
-                 builder=None, log=print, remove_unexplained: bool = False, light_queues=None) -> StoreRepair:
+                 builder=None, log=print, remove_unexplained: bool = False, light_queues=None,
+                 batch_file_size: int | None = None) -> StoreRepair:
     """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
     only. ``cq_file_size``: the queue file size where no queue file of the store tells it; ``light_queues``:
     the broker's light-queue rules (its enableMultiDispatch), whose queues are rebuilt like any other.
@@ -77,8 +81,8 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                                                   check_crc=check_crc, log=log, builder=builder),
                                wall_s=time.monotonic() - t0)
     queue_files(store.consumequeue)  # refuse a stray before the lock file is made
-    skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/, which rocketidx does "
-               "not rebuild yet" for t in sorted(store.batch_topics())}
+    batch = tuple(sorted(store.batch_topics()))
+    skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/" for t in batch}
     if builder is None:
         from rocketidx.build.in_process import build_index as builder
     if dry_run:
@@ -97,7 +101,9 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
-                             delay_levels=delay_levels, light_queues=light_queues)
+                             delay_levels=delay_levels, light_queues=light_queues,
+                             batch_topics=batch if "consumequeue" in targets else (),
+                             batch_file_size=_batch_size(store, batch_file_size))
         stamp = swap.new_stamp()
         out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
             else swap.staging_dir(store, "consumequeue", stamp)
@@ -119,6 +125,10 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                     result.queues.backup_dir = str(backup)
                     log(f"consumequeue: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, "
                         f"removed {len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
+                if batch and (out / L.BATCH_CQ_DIR).is_dir():
+                    result.batch = _repair_batch(store, out / L.BATCH_CQ_DIR, config, batch, dry_run, stamp, log)
+                elif batch:
+                    log(f"{L.BATCH_CQ_DIR}: skipped: the batch consume queues are rebuilt in process only for now")
             if index is not None:
                 rebuilt = [out / INDEX_DIR / f.name for f in Manifest.from_dict(built, str(out)).files]
                 same = plan_from_rebuild(store, rebuilt, hash_slot_num=hash_slot_num, index_num=index_num,
@@ -149,7 +159,30 @@ def _roll_back(store: BrokerStore, targets, dry_run: bool, log) -> list[str]:
     """Every interrupted repair of the targets, undone (a dry run says it would): the backups. The queues' are
     undone whatever the targets: a half-swapped consumequeue/ is never left for the broker."""
     undone = swap.roll_back_interrupted(store, "index", dry_run, log, "backfill") if "index" in targets else []
+    undone += swap.roll_back_interrupted(store, L.BATCH_CQ_DIR, dry_run, log, "batch consume queue repair")
     return undone + swap.roll_back_interrupted(store, "consumequeue", dry_run, log, "ConsumeQueue repair")
+
+
+def _batch_size(store: BrokerStore, given: int | None) -> int:
+    """The batch consume queue file size: the one most of the store's files share, else ``given`` (the
+    broker conf's mapperFileSizeBatchConsumeQueue), else the default."""
+    sizes = Counter(p.stat().st_size for p in (store.root / L.BATCH_CQ_DIR).glob("*/*/*") if p.is_file())
+    return sizes.most_common(1)[0][0] if sizes else int(given or L.DEFAULT_BATCH_CQ_FILE_SIZE)
+
+
+def _repair_batch(store: BrokerStore, rebuilt: Path, config: BuildConfig, topics, dry_run: bool, stamp: str,
+                  log) -> QueueRepair:
+    plan = batch_queue_plan(store, rebuilt, config.batch_file_size, "the store's files, else the broker conf's "
+                            "mapperFileSizeBatchConsumeQueue, else 13,800,000", topics)
+    for line in plan.lines():
+        log(line)
+    repair = QueueRepair(plan)
+    if not dry_run and plan.changes:
+        backup = install_batch_queues(store.root, rebuilt, plan, stamp)
+        repair.backup_dir = str(backup)
+        log(f"{L.BATCH_CQ_DIR}: replaced {len(plan.actions['replace'])}, wrote {len(plan.actions['write'])}, removed "
+            f"{len(plan.actions['remove'])} file(s); what was replaced or removed is in {backup}")
+    return repair
 
 
 def newest_entry_time(store: BrokerStore, out: Path) -> int | None:

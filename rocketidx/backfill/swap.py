@@ -32,10 +32,11 @@ from pathlib import Path
 
 from rocketidx.errors import StoreLayoutError
 import rocketidx.interrupts as interrupts
+import rocketidx.layout as L
 from rocketidx.broker.store import write_checkpoint_fields
 from rocketidx.output.local import fsync_dir
 
-AREAS = ("index", "consumequeue")
+AREAS = ("index", "consumequeue", L.BATCH_CQ_DIR)
 JOURNAL_FORMAT = 2  # 1 (no "format" key): the index's flat backups and the queues' own keys, rolled back still
 
 

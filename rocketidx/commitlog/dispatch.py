@@ -78,10 +78,10 @@ class Dispatched(NamedTuple):
         return len(self.queue_id)
 
 
-def entry_records(recs: np.ndarray) -> np.ndarray:
-    """The records that make an entry: transaction types NOT_TYPE (0) and COMMIT (8)."""
+def entry_mask(recs: np.ndarray) -> np.ndarray:
+    """Which records make an entry: transaction types NOT_TYPE (0) and COMMIT (8)."""
     tx = recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK
-    return recs[(tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)]
+    return (tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)
 
 
 def tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
@@ -98,13 +98,13 @@ def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = D
     """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring); with ``light_queues``, each
     record's light-queue units follow its own entry (:func:`_with_light_queues`); the records of
     ``batch_topics`` (BatchCQ) make none here (:func:`rocketidx.consumequeue.batch.dispatch_batch`)."""
-    recs = entry_records(recs)
     u8 = np.frombuffer(buf, np.uint8, seg.size)
+    keep = entry_mask(recs)
     topics, topic_index = topics_of(u8, recs)
     if batch_topics and batch_topics.intersection(topics):
-        keep = ~np.asarray([t in batch_topics for t in topics], bool)[topic_index]
-        recs = recs[keep]
-        topics, topic_index = topics_of(u8, recs)
+        keep &= ~np.asarray([t in batch_topics for t in topics], bool)[topic_index]
+    if not keep.all():  # one copy of the rows kept (most are: transaction halves and batch topics are few)
+        recs, topic_index = recs[keep], topic_index[keep]
     P = recs[:, L.REC_POS]
     tags_code = tags_codes(u8, recs)
     store_ts = recs[:, L.REC_STORE_TS]

@@ -24,7 +24,7 @@ import numpy as np
 
 import rocketidx.layout as L
 from rocketidx.arrays import gather_ranges
-from rocketidx.commitlog.dispatch import entry_records, java_parse_longs, property_strings, tags_codes, topics_of
+from rocketidx.commitlog.dispatch import entry_mask, java_parse_longs, property_strings, tags_codes, topics_of
 from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.writer import check_topic, file_name
@@ -51,9 +51,8 @@ def dispatch_batch(buf, seg: Segment, recs: np.ndarray, batch_topics: frozenset[
     """The units ``recs`` dispatch to batch consume queues: those of the records of ``batch_topics`` that make
     an entry (NOT_TYPE or COMMIT)."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
-    recs = entry_records(recs)
     topics, topic_index = topics_of(u8, recs)
-    rows = np.flatnonzero(np.asarray([t in batch_topics for t in topics], bool)[topic_index]) \
+    rows = np.flatnonzero(np.asarray([t in batch_topics for t in topics], bool)[topic_index] & entry_mask(recs)) \
         if len(recs) else np.zeros(0, np.int64)
     sub = recs[rows]
     units = np.zeros(len(rows), BATCH_UNIT)

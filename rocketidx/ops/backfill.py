@@ -11,7 +11,7 @@ like every operation's; the broker release's index rules hold for the whole repa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rocketidx.backfill.queues import QueueRepair
 from rocketidx.backfill.index import BackfillResult
@@ -58,6 +58,8 @@ class _EngineBuilder:
             return build_index(commitlog, out, config, segments=segments, start_offset=start_offset,
                                skip_entries=skip_entries, name_after=name_after, time_index=time_index)
         from rocketidx.spark.backfill import SparkBuilder
+        if config.batch_queues:  # rebuilt in process only for now: the repair then leaves batchconsumequeue/ alone
+            config = replace(config, batch_topics=())
         self.spark = SparkBuilder(self.request.settings)
         return self.spark(commitlog, out, config, start_offset=start_offset, skip_entries=skip_entries,
                           name_after=name_after, time_index=time_index)
@@ -84,7 +86,7 @@ def backfill(request: BackfillRequest, log=print) -> BackfillOutcome:
                 from rocketidx.backfill.repair import repair_store
                 rs = repair_store(r.store, targets=r.targets, cq_file_size=r.cq_file_size, delay_levels=r.delay_levels,
                                   builder=builder, remove_unexplained=r.remove_unexplained,
-                                  light_queues=r.light_queues, **args)
+                                  light_queues=r.light_queues, batch_file_size=r.batch_file_size, **args)
                 queues, index, wall = rs.queues, rs.index, rs.wall_s
                 skipped = "consumequeue/ is a RocksDB database" if queues is None else None
             else:

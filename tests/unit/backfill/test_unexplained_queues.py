@@ -70,7 +70,9 @@ def test_a_light_queue_and_a_topic_the_log_no_longer_holds_keep_their_files(tmp_
     assert "listed apart" in capsys.readouterr().out
 
 
-def test_a_batch_cq_topic_is_skipped_and_its_queues_never_written(tmp_path, capsys):
+def test_a_batch_cq_topic_gets_no_consumequeue_and_its_batch_queues_are_repaired(tmp_path, capsys):
+    """Issue 34: a BatchCQ topic never gets a consumequeue/ directory (the broker would not load it); its
+    batchconsumequeue/ is checked and repaired like the queues (the made-up file goes to the backup)."""
     store, flags, lost = _store(tmp_path)
     shutil.rmtree(store / "consumequeue" / "TopicPay")  # a BatchCQ broker keeps it in batchconsumequeue/
     batch = store / "batchconsumequeue" / "TopicPay" / "0" / f"{0:020d}"
@@ -81,7 +83,7 @@ def test_a_batch_cq_topic_is_skipped_and_its_queues_never_written(tmp_path, caps
         "TopicPay": {"topicName": "TopicPay", "readQueueNums": 4, "writeQueueNums": 4,
                      "attributes": {"queue.type": "BatchCQ"}},
         "TopicOrders": {"topicName": "TopicOrders", "attributes": {}}}}))
-    before = _inodes(store / "batchconsumequeue")
+    made_up = batch.read_bytes()
 
     assert main(["verify", "--store", str(store), "--json"] + flags) == 1
     report = json.loads(capsys.readouterr().out)
@@ -92,8 +94,12 @@ def test_a_batch_cq_topic_is_skipped_and_its_queues_never_written(tmp_path, caps
     out = _repair(store, flags, capsys)
     assert "skipped  consumequeue/TopicPay: a BatchCQ topic" in out
     assert not (store / "consumequeue" / "TopicPay").exists()
-    assert _inodes(store / "batchconsumequeue") == before
+    assert batch.read_bytes() != made_up and batch.stat().st_size == len(made_up)  # the store's file size kept
+    assert [p.read_bytes() for p in (store / "batchconsumequeue.backup").glob("*/batchconsumequeue/TopicPay/0/*")] \
+        == [made_up]
     _index_repaired(store, flags, lost, capsys)
+    main(["verify", "--store", str(store), "--json"] + flags)
+    assert json.loads(capsys.readouterr().out)["areas"]["batchconsumequeue"]["clean"]
 
 
 def test_a_rocksdb_queue_store_is_left_as_it_is_and_the_index_repaired(tmp_path, capsys):
