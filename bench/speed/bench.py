@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_spark:
         later += [["bench_engine.py"], ["bench_stats.py"]]
     later.append(["bench_repair.py"])  # after bench_engine.py, which generates store-6m
+    later.append(["bench_targets.py"])  # light queues and batch queues on top of the index (issue 34)
     if not a.no_spark:
         later.append(["bench_cluster.py"])  # store-6m on a standalone cluster, with the archive and with the zip
     for script, *args in later:

@@ -45,6 +45,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
     # `make bench` and `make faults` scripts, whose options docs/benchmarks.md names.
     "bench/speed/bench.py": {"--no-spark"},
     "bench/speed/bench_pair.py": {"--old", "--store", "--rounds", "--engines"},
+    "bench/speed/bench_targets.py": {"--rounds"},
     "bench/campaigns/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
                         "--executor-kills", "--index-loss-cases"},
     # Remote stores: Hadoop's classpath for libhdfs, and the local S3 server of the runnable example.
