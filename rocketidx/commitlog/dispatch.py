@@ -126,10 +126,9 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     tagsCode, at the queue offset the second list gives for it, in queue ``name``/0 where ``enable_lmq``
     and the name starts with ``%LMQ%``, else ``name``/the record's queue id. Both lists are split as Java's
     ``String.split(",")`` splits (trailing empty items dropped); lists of different lengths make no unit.
-    Left out and counted (``left_out``, which the queue writers add to what they dropped): a name holding ``/`` (5.1.2 on the broker skips
-    it; before, it wrote a nested directory its own restart never loads) and an offset ``Long.parseLong``
-    rejects (on which the broker's dispatch throws).
-    """
+    Left out and counted (``left_out``, which the queue writers add to what they dropped): a name holding
+    ``/`` (a 5.1.3+ broker skips it, 5.1.2 is not served to check; before, it wrote a nested directory its own
+    load never opens) and an offset ``Long.parseLong`` rejects (on which the broker's dispatch throws)."""
     d = _left(d, (("light_queue_name_holds_separator", 0), ("light_queue_offset_not_a_long", 0)))
     wanted = np.asarray([rules.dispatches(t) for t in d.topics], bool)
     rows = np.flatnonzero(wanted[d.topic_index]) if len(d) else np.zeros(0, np.int64)
