@@ -43,8 +43,11 @@ class Header:
 
     @classmethod
     def from_array(cls, h: np.ndarray) -> "Header":
+        # IndexHeader.load: an indexCount of 0 or less is taken as 1 (no item). A broker killed right after it
+        # created its next IndexFile leaves that file's header all zeros, and its restart loads it as empty.
+        count = int(h["index_count"])
         return cls(int(h["begin_timestamp_ms"]), int(h["end_timestamp_ms"]), int(h["begin_phy_offset"]),
-                   int(h["end_phy_offset"]), int(h["hash_slot_count"]), int(h["index_count"]))
+                   int(h["end_phy_offset"]), int(h["hash_slot_count"]), count if count > 0 else L.FIRST_INDEX)
 
 
 def read_exact(f: storage.RangeFile, n: int, offset: int) -> bytes:

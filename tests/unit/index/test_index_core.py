@@ -235,3 +235,18 @@ def test_the_zero_scan_reads_every_byte_where_seek_data_is_missing(tmp_path, mon
     monkeypatch.setattr(os, "lseek", no_seek_data)
     assert storage.first_nonzero(str(p), 0, 5101) == 5000
     assert storage.first_nonzero(str(p), 5001, 5101) is None
+
+
+def test_a_header_of_zeros_reads_as_an_empty_file_as_the_broker_loads_it(tmp_path):
+    """A broker killed right after it created its next IndexFile leaves the file all zeros; IndexHeader.load
+    takes an indexCount of 0 (or less) as 1, so its restart loads the file as empty, and so does rocketidx
+    (backfill used to refuse such a store: "indexCount 0 outside [1, 400]", make test's crash run, 47c593c)."""
+    from rocketidx.index.reader import FileRef
+    import rocketidx.layout as L
+    path = tmp_path / "20261129043655685"
+    path.write_bytes(bytes(L.index_file_size(64, 400)))
+    f = FileRef(str(path), 64, 400, 0).open()  # checks the header
+    assert f.header.index_count == 1 and f.header.end_phy_offset == 0
+    assert list(f.iter_items()) == []
+    path.write_bytes(bytes(36) + (-5).to_bytes(4, "big", signed=True) + bytes(L.index_file_size(64, 400) - 40))
+    assert FileRef(str(path), 64, 400, 0).open().header.index_count == 1
