@@ -30,7 +30,6 @@ import os
 import shutil
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from rocketidx.backfill.queues import (QueueRepair, batch_queue_plan, compare_qu
                                        install_queues, queue_files, store_queue_file_size)
 from rocketidx.backfill.index import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
 import rocketidx.backfill.swap as swap
+from rocketidx.consumequeue.batch import store_batch_file_size
 from rocketidx.config import BuildConfig
 import rocketidx.layout as L
 from rocketidx.broker.store import BrokerStore
@@ -103,7 +103,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                              timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
                              delay_levels=delay_levels, light_queues=light_queues,
                              batch_topics=batch if "consumequeue" in targets else (),
-                             batch_file_size=_batch_size(store, batch_file_size))
+                             batch_file_size=store_batch_file_size(store.root / L.BATCH_CQ_DIR, batch_file_size))
         stamp = swap.new_stamp()
         out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
             else swap.staging_dir(store, "consumequeue", stamp)
@@ -161,13 +161,6 @@ def _roll_back(store: BrokerStore, targets, dry_run: bool, log) -> list[str]:
     undone = swap.roll_back_interrupted(store, "index", dry_run, log, "backfill") if "index" in targets else []
     undone += swap.roll_back_interrupted(store, L.BATCH_CQ_DIR, dry_run, log, "batch consume queue repair")
     return undone + swap.roll_back_interrupted(store, "consumequeue", dry_run, log, "ConsumeQueue repair")
-
-
-def _batch_size(store: BrokerStore, given: int | None) -> int:
-    """The batch consume queue file size: the one most of the store's files share, else ``given`` (the
-    broker conf's mapperFileSizeBatchConsumeQueue), else the default."""
-    sizes = Counter(p.stat().st_size for p in (store.root / L.BATCH_CQ_DIR).glob("*/*/*") if p.is_file())
-    return sizes.most_common(1)[0][0] if sizes else int(given or L.DEFAULT_BATCH_CQ_FILE_SIZE)
 
 
 def _repair_batch(store: BrokerStore, rebuilt: Path, config: BuildConfig, topics, dry_run: bool, stamp: str,

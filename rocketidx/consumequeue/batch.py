@@ -37,6 +37,16 @@ DEFAULT_BATCH_FILE_SIZE = L.DEFAULT_BATCH_CQ_FILE_SIZE
 SHORT = (-(1 << 15), (1 << 15) - 1)
 
 
+def store_batch_file_size(directory: str | os.PathLike, given: int | None = None) -> int:
+    """The batch consume queue file size of a store's ``batchconsumequeue/``: the size most of its files
+    share, else ``given`` (the broker conf's mapperFileSizeBatchConsumeQueue), else the default."""
+    from collections import Counter
+    from pathlib import Path
+    root = Path(directory)
+    sizes = Counter(p.stat().st_size for p in root.glob("*/*/*") if p.is_file()) if root.is_dir() else None
+    return sizes.most_common(1)[0][0] if sizes else int(given or DEFAULT_BATCH_FILE_SIZE)
+
+
 class BatchDispatched(NamedTuple):
     """The units of a batch of records of BatchCQ topics, one row per record that makes one, CommitLog order."""
 

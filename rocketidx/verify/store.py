@@ -38,6 +38,7 @@ from rocketidx.verify.restart import BrokerSwitches
 from rocketidx.commitlog.entries import tag_entries_on
 from rocketidx.verify.queues import QueueRestart, list_queues, verify_consumequeues
 from rocketidx.verify.report import VerifyReport
+from rocketidx.consumequeue.batch import store_batch_file_size
 from rocketidx.verify.rules import check_index_rules
 
 # What a restart does about each kind of problem (the broker's load, recover and re-dispatch).
@@ -177,7 +178,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     file_size = (list_queues(str(cq_dir), VerifyReport())[1] if files_cq else 0) or cq_file_size
     scratch = Path(tempfile.mkdtemp(prefix="rocketidx-store-verify-"))
     try:
-        batch_size = _batch_file_size(store.root / L.BATCH_CQ_DIR, (broker or {}).get("mapperFileSizeBatchConsumeQueue"))
+        batch_size = store_batch_file_size(store.root / L.BATCH_CQ_DIR,
+                                           (broker or {}).get("mapperFileSizeBatchConsumeQueue"))
         rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder, lmq,
                            batch=(tuple(batch), batch_size) if check_batch else None)
         model = restart.restart_model(
@@ -319,13 +321,6 @@ BATCH_RESTART = {
     "unit": "kept: consumers are sent what these units say (BatchConsumeQueue.getBatchMessage)",
     "file-size": "the broker's load stops at a batch consume queue file of another length: it does not start",
 }
-
-
-def _batch_file_size(directory: Path, from_conf) -> int:
-    """The size most of the store's batch consume queue files share, else the broker conf's, else the default."""
-    from collections import Counter
-    sizes = Counter(p.stat().st_size for p in directory.glob("*/*/*") if p.is_file()) if directory.is_dir() else None
-    return sizes.most_common(1)[0][0] if sizes else int(from_conf or L.DEFAULT_BATCH_CQ_FILE_SIZE)
 
 
 def compare_batch_files(store_dir: Path, rebuilt_dir: Path) -> VerifyReport:
