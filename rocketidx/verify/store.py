@@ -40,6 +40,7 @@ from rocketidx.verify.queues import QueueRestart, list_queues, verify_consumeque
 from rocketidx.verify.report import VerifyReport
 from rocketidx.consumequeue.batch import store_batch_file_size
 from rocketidx.verify.rules import check_index_rules
+from rocketidx.verify.rocksdb import ROCKSDB_RESTART
 
 # What a restart does about each kind of problem (the broker's load, recover and re-dispatch).
 CQ_RESTART = {
@@ -162,8 +163,13 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     state = {"abort": abort, "lock": store.lock_state(), "checkpoint": checkpoint,
              "index": store.index.is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
     if rocksdb:
-        state["skipped"]["consumequeue"] = ("a RocksDB database (storeType=defaultRocksDB), which rocketidx does not "
-                                            "check yet; the restart model assumes its queues reach the log's end")
+        from rocketidx.consumequeue.rocksdb import read_table
+        rocks = read_table(cq_dir)  # before the rebuild: a database rocketidx cannot open stops here
+        state["consumequeue_store"] = "rocksdb"
+        if lmq is not None or str((broker or {}).get("enableLmq", "")).lower() == "true":
+            lmq = None  # the RocksDB store dispatches light queues by its own rule (dispatchLMQ): not rebuilt here
+            state["skipped"]["consumequeue/%LMQ%*"] = ("light queues in a RocksDB consume queue, which rocketidx "
+                                                       "does not rebuild yet: left out of the check")
     check_batch = bool(batch) and builder is None  # batch consume queues are rebuilt in process for now
     for topic in batch if not check_batch else ():
         state["skipped"][f"consumequeue/{topic}"] = ("a BatchCQ topic (config/topics.json): its queues live in "
@@ -184,7 +190,7 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
                            batch=(tuple(batch), batch_size) if check_batch else None)
         model = restart.restart_model(
             abort=abort, version=version, switches=switches, queues_end=queues_end(str(cq_dir)) if files_cq
-            else (rebuilt.log_end if rocksdb else -1), segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
+            else (_rocks_end(rocks) if rocksdb else -1), segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
             first_store_time=lambda seg: _first_store_time(seg, check_crc))
         state["restart_model"] = model.as_dict()
         state["recovery_start"] = {"offset": model.redispatch_from, "how": model.how}
@@ -200,7 +206,10 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
         # A missing queue entry the restart's re-dispatch puts back is state, like the index's (restored).
         queue_restart = QueueRestart(model.redispatch_from)
-        cq = VerifyReport() if rocksdb else verify_consumequeues(
+        if rocksdb:
+            cq, queue_restart = _rocks_area(cq_dir, rocks, scratch / "build", commitlog, segments,
+                                            model.redispatch_from, skip_lmq="consumequeue/%LMQ%*" in state["skipped"])
+        cq = cq if rocksdb else verify_consumequeues(
             str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size,
             rebuild=rebuilt.queues, skip_topics=batch, unexplained=state.setdefault("unexplained_queues", {}),
             restart=queue_restart, light_queues=lmq)
@@ -219,11 +228,29 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         shutil.rmtree(scratch, ignore_errors=True)
     report.areas["consumequeue"] = cq
     redispatch = REDISPATCH.format(start=model.redispatch_from, how=model.how)
-    report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts}
+    report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts} \
+        if not rocksdb else {k: ROCKSDB_RESTART[k].format(start=model.redispatch_from) for k in cq.counts}
     cp = report.areas.get("checkpoint")
     if cp is not None:
         report.restart["checkpoint"] = {k: CHECKPOINT_RESTART[k] for k in cp.counts}
     return report
+
+
+def _rocks_end(rocks) -> int:
+    """Where a RocksDB consume queue's restart dispatches again from: its checkpoint key (none: the start)."""
+    return rocks.checkpoint if rocks.checkpoint is not None else -1
+
+
+def _rocks_area(db: Path, rocks, build: Path, commitlog: Path, segments, redispatch_from, skip_lmq: bool):
+    """The store's RocksDB consume queue against the one the rebuild's queues make
+    (:mod:`rocketidx.verify.rocksdb`)."""
+    from rocketidx.consumequeue.rocksdb import expected_table
+    from rocketidx.verify.rocksdb import compare_tables
+    want = expected_table(build / "consumequeue", commitlog)
+    report, rr = compare_tables(str(db), rocks, want, log_start=segments[0].base_offset if segments else 0,
+                                redispatch_from=redispatch_from,
+                                skip=(lambda t: t.startswith(L.LMQ_PREFIX)) if skip_lmq else (lambda t: False))
+    return report, rr
 
 
 def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check_crc: bool, index_check

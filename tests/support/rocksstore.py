@@ -1,0 +1,56 @@
+"""A stopped broker's store whose consume queue is a RocksDB database (storeType=defaultRocksDB): records of
+two topics over three queues, a delayed message and a prepared transaction half (which makes no entry), and
+the database a 5.x broker's dispatch leaves (rocketidx's, which the broker matrix holds equal to a 5.5.0
+broker's own): for the verify and backfill tests of issue 34."""
+from __future__ import annotations
+
+import shutil
+import struct
+
+from scenarios import T0, Rec, lay_segment, props, write_segments
+
+import rocketidx.consumequeue.rocksdb as R
+from rocketidx.build.in_process import build_index
+from rocketidx.config import BuildConfig
+
+
+def store_with_rocksdb_queues(tmp_path, n: int = 60):
+    recs, next_offset = [], {}
+    for i in range(n):
+        topic, qid = (b"A", i % 2) if i % 3 else (b"B", 0)
+        tx = 0x4 if i == 17 else 0  # a prepared half: no entry, and no queue offset taken
+        q = next_offset.get((topic, qid), 0)
+        recs.append(Rec(topic=topic, properties=props(("TAGS", f"t{i % 4}")), queue_id=qid, queue_offset=q,
+                        store_timestamp_ms=T0 + 1000 * i, tx=tx))
+        if not tx:
+            next_offset[(topic, qid)] = q + 1
+    store = write_segments(tmp_path / "store", [lay_segment(recs[:n // 2], size=1 << 14, blank=True),
+                                                lay_segment(recs[n // 2:], size=1 << 14, base_offset=1 << 14)])
+    build_index(store, tmp_path / "built", BuildConfig(window_ms=0, timezone="UTC", targets=("consumequeue",)),
+                time_index=None)
+    R.write_table(store / "consumequeue", R.expected_table(tmp_path / "built" / "consumequeue", store / "commitlog"))
+    shutil.rmtree(tmp_path / "built")
+    (tmp_path / "broker.conf").write_text("storeType=defaultRocksDB\n")
+    return store
+
+
+def change(db, family: str, key: bytes, value: bytes | None) -> None:
+    """Put (or, with None, delete) one key of a stopped broker's database, as damage does."""
+    import rocksdict as rd
+    fams = rd.Rdict.list_cf(str(db))
+    d = rd.Rdict(str(db), options=rd.Options(raw_mode=True),
+                 column_families={f: rd.Options(raw_mode=True) for f in fams})
+    try:
+        cf = d if family == "default" else d.get_column_family(family)
+        if value is None:
+            del cf[key]
+        else:
+            cf[key] = value
+        d.flush()
+    finally:
+        d.close()
+    (db / "rocksdict-config.json").unlink(missing_ok=True)
+
+
+def entry_value(phy: int, size: int, tags: int, store_ts: int) -> bytes:
+    return struct.pack(">qiqq", phy, size, tags, store_ts)
