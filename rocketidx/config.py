@@ -198,6 +198,10 @@ BROKER_KEYS = ("messageDelayLevel", "mappedFileSizeConsumeQueue", "maxHashSlotNu
 BROKER_SWITCHES = ("messageIndexEnable", "messageIndexSafe", "enableLmq", "enableMultiDispatch",
                    "rocksdbCQDoubleWriteEnable", "combineCQUseRocksdbForLmq")
 FLUSH_DISK_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+# Where and how the queues are kept: storeType (``default``, ``defaultRocksDB``: a RocksDB consume queue) and
+# that database's compression (RocksJava library names: lz4, zstd, snappy, ...; the broker's defaults below).
+BROKER_STRINGS = ("storeType", "rocksdbCompressionType", "bottomMostCompressionTypeForConsumeQueueStore",
+                  "useSeparateStorePathForRocksdbCQ")
 _DELAY_WORD = re.compile(r"^[0-9]+[smhd]$")
 
 
@@ -229,6 +233,7 @@ def broker_settings(path: str | Path) -> dict[str, object]:
     """The keys of :data:`BROKER_KEYS` the file sets, parsed and checked (a value the broker would reject: an error)."""
     props = read_properties(path)
     got: dict[str, object] = {k: props[k].strip().lower() == "true" for k in BROKER_SWITCHES if k in props}
+    got.update({k: props[k].strip() for k in BROKER_STRINGS if k in props})
     if "flushDiskType" in props:
         got["flushDiskType"] = props["flushDiskType"].strip()
         if got["flushDiskType"] not in FLUSH_DISK_TYPES:
@@ -280,6 +285,23 @@ class BrokerRelease:
         if self.given is None:
             return "RocketMQ 8fc57f1 (5.0 to 5.3; no --broker-version: a 5.4+ broker also indexes tags)"
         return f"RocketMQ {self.given} (8fc57f1's, 5.0 to 5.3)"
+
+
+def queue_store(broker: Mapping[str, object]) -> str:
+    """``rocksdb`` where the broker keeps its queues in a RocksDB database (``storeType=defaultRocksDB``, 5.2.0
+    on), else ``files``. A separate database path (``useSeparateStorePathForRocksdbCQ``) is refused, named."""
+    if broker.get("storeType") != "defaultRocksDB":
+        return "files"
+    if str(broker.get("useSeparateStorePathForRocksdbCQ", "")).lower() == "true":
+        raise ConfigError("useSeparateStorePathForRocksdbCQ", "true", "rocketidx repairs the RocksDB consume queue at "
+                                                                      "STORE/consumequeue/ only, the default path")
+    return "rocksdb"
+
+
+def rocksdb_compression(broker: Mapping[str, object]) -> tuple[str, str]:
+    """The RocksDB consume queue's compression and its bottommost level's (the broker's defaults: lz4, zstd)."""
+    return (str(broker.get("rocksdbCompressionType", "lz4")),
+            str(broker.get("bottomMostCompressionTypeForConsumeQueueStore", "zstd")))
 
 
 def broker_release(text: str | None) -> BrokerRelease:
@@ -552,6 +574,8 @@ class BackfillRequest:
     engine: EngineRequest = EngineRequest()
     light_queues: LightQueues | None = None  # the broker's enableMultiDispatch: its light queues are rebuilt too
     batch_file_size: int | None = None  # the broker conf's mapperFileSizeBatchConsumeQueue (None: not given)
+    queue_store: str = "files"  # rocksdb: the broker's storeType=defaultRocksDB (rocketidx.backfill.rocksdb)
+    rocksdb_compression: tuple[str, str] = ("lz4", "zstd")
 
 
 def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFILL_TARGETS), dry_run: bool = False,
@@ -574,7 +598,7 @@ def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFI
         broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), broker_release(broker_version),
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
                        partitions=partitions), light_queues(broker, broker_release(broker_version)),
-        broker.get("mapperFileSizeBatchConsumeQueue"))
+        broker.get("mapperFileSizeBatchConsumeQueue"), queue_store(broker), rocksdb_compression(broker))
 
 
 # --- the build's request ------------------------------------------------------------------------------------

@@ -58,29 +58,29 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                  timezone_name: str = "local", cq_file_size: int | None = None,
                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
                  builder=None, log=print, remove_unexplained: bool = False, light_queues=None,
-                 batch_file_size: int | None = None) -> StoreRepair:
+                 batch_file_size: int | None = None, queue_store: str = "files",
+                 rocksdb_compression: tuple[str, str] = ("lz4", "zstd")) -> StoreRepair:
     """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
     only. ``cq_file_size``: the queue file size where no queue file of the store tells it; ``light_queues``:
     the broker's light-queue rules (its enableMultiDispatch), whose queues are rebuilt like any other.
 
-    Guards, each said in one line: a ``consumequeue/`` that is a RocksDB database drops the queue target; a
-    BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
+    ``queue_store``: ``rocksdb`` when the broker keeps its queues in a RocksDB database (its
+    ``storeType=defaultRocksDB``; a ``consumequeue/`` holding one says so too): the database is rebuilt
+    (:mod:`rocketidx.backfill.rocksdb`), compressed as ``rocksdb_compression`` (the broker's
+    ``rocksdbCompressionType`` and ``bottomMostCompressionTypeForConsumeQueueStore``) says.
+
+    Guards, each said in one line: a BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
     plan) unless ``remove_unexplained``. The index repair goes ahead either way."""
     t0 = time.monotonic()
     store = BrokerStore.open(store)
-    if "consumequeue" in targets and store.queue_store_kind() == "rocksdb":
-        log("consumequeue: skipped: consumequeue/ holds a RocksDB database (storeType=defaultRocksDB), which "
-            "rocketidx does not rebuild yet; it is left as it is")
-        targets = tuple(t for t in targets if t != "consumequeue")
-        if not targets:
-            return StoreRepair(wall_s=time.monotonic() - t0)
-        if targets == ("index",):
-            from rocketidx.backfill.index import run_backfill
-            return StoreRepair(index=run_backfill(store, hash_slot_num=hash_slot_num, index_num=index_num,
-                                                  window_ms=window_ms, timezone_name=timezone_name, dry_run=dry_run,
-                                                  check_crc=check_crc, log=log, builder=builder),
-                               wall_s=time.monotonic() - t0)
-    queue_files(store.consumequeue)  # refuse a stray before the lock file is made
+    rocksdb = "consumequeue" in targets and (queue_store == "rocksdb" or store.queue_store_kind() == "rocksdb")
+    if rocksdb:
+        if light_queues is not None:  # the RocksDB store dispatches light queues by its own rule (dispatchLMQ)
+            log("consumequeue: light queues are not rebuilt into a RocksDB consume queue yet: the rebuild leaves "
+                "them out")
+            light_queues = None
+    else:
+        queue_files(store.consumequeue)  # refuse a stray before the lock file is made
     batch = tuple(sorted(store.batch_topics()))
     skip = {t: "a BatchCQ topic (config/topics.json): its queues live in batchconsumequeue/" for t in batch}
     if builder is None:
@@ -91,7 +91,7 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
         result = StoreRepair(rolled_back=_roll_back(store, targets, dry_run, log))
         if not dry_run:
             swap.clear_staging(store, "consumequeue", log)
-        files = queue_files(store.consumequeue)  # as the roll-backs left it
+        files = {} if rocksdb else queue_files(store.consumequeue)  # as the roll-backs left it
         size, size_from = store_queue_file_size(files, cq_file_size or L.DEFAULT_CQ_FILE_SIZE)
         index = index_dir(store, hash_slot_num, index_num) if "index" in targets else None
         if index is not None and index.paths:  # the store's own files say which release's rules they follow
@@ -112,7 +112,9 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
             log(f"read the CommitLog once: {summary.messages:,} messages -> "
                 + ("the queues and the index" if "index" in targets else "the queues"))
             plan = None
-            if "consumequeue" in targets:  # an index-only repair never plans (nor removes) queues
+            if rocksdb:
+                result.queues = _repair_rocksdb(store, out, dry_run, stamp, log, rocksdb_compression)
+            elif "consumequeue" in targets:  # an index-only repair never plans (nor removes) queues
                 plan = compare_queues(store, files, size, size_from, out / CONSUMEQUEUE_DIR, skip_topics=skip,
                                       remove_unexplained=remove_unexplained)
                 result.queues = QueueRepair(plan, rolled_back=result.rolled_back)
@@ -144,6 +146,22 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
             swap.drop_empty_staging(store, "consumequeue")
     result.wall_s = time.monotonic() - t0
     return result
+
+
+def _repair_rocksdb(store: BrokerStore, out: Path, dry_run: bool, stamp: str, log, compression) -> QueueRepair:
+    from rocketidx.backfill.rocksdb import install_rocksdb, plan_rocksdb
+    segments = store.segments()
+    plan, table = plan_rocksdb(store, out / CONSUMEQUEUE_DIR, segments[0].base_offset if segments else 0)
+    for line in plan.lines():
+        log(line)
+    repair = QueueRepair(plan)
+    if not dry_run and plan.changes:
+        logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
+        backup = install_rocksdb(store, table, out / "rocksdb", plan, stamp, logics, *compression)
+        repair.backup_dir = str(backup)
+        log(f"consumequeue: a new RocksDB database of {table.entry_count:,} entries installed; the one it "
+            f"replaced is in {backup}")
+    return repair
 
 
 def repair_queues(store: str | os.PathLike, *, cq_file_size: int | None = None,

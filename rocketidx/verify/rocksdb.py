@@ -24,8 +24,7 @@ from rocketidx.consumequeue.rocksdb import QueueTable
 from rocketidx.verify.report import VerifyReport
 
 ROCKSDB_RESTART = {
-    "missing-entry": "stays missing: the restart dispatches again only from the checkpoint on ({start}); "
-                     "consumers skip these messages",
+    "missing-entry": "stays missing: {again}; consumers skip these messages",
     "wrong-field": "kept: consumers are sent what the entry says, not what the CommitLog puts there",
     "extra-entry": "kept: consumers are sent a message the CommitLog does not put there",
     "unexplained-queue": "kept: a queue the CommitLog does not explain",

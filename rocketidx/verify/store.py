@@ -155,7 +155,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     abort = store.crashed
     cq_dir = store.consumequeue
     switches = BrokerSwitches.of(broker, broker_source)
-    rocksdb = store.queue_store_kind() == "rocksdb"
+    from rocketidx.config import queue_store
+    rocksdb = store.queue_store_kind() == "rocksdb" or queue_store(broker or {}) == "rocksdb"
     batch = sorted(store.batch_topics())
     version = restart.broker_version(broker_version)
     from rocketidx.config import broker_release, light_queues
@@ -163,9 +164,12 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     state = {"abort": abort, "lock": store.lock_state(), "checkpoint": checkpoint,
              "index": store.index.is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
     if rocksdb:
-        from rocketidx.consumequeue.rocksdb import read_table
-        rocks = read_table(cq_dir)  # before the rebuild: a database rocketidx cannot open stops here
+        from rocketidx.consumequeue.rocksdb import QueueTable, is_rocksdb, read_table
+        # before the rebuild: a database rocketidx cannot open stops here; none at all is an empty one
+        rocks = read_table(cq_dir) if is_rocksdb(cq_dir) else QueueTable()
         state["consumequeue_store"] = "rocksdb"
+        state["queues_end_from"] = ("the database's CHECKPOINT_TOPIC key (RocksDBConsumeQueueOffsetTable."
+                                    "getMaxPhyOffset; 0 without one)")
         if lmq is not None or str((broker or {}).get("enableLmq", "")).lower() == "true":
             lmq = None  # the RocksDB store dispatches light queues by its own rule (dispatchLMQ): not rebuilt here
             state["skipped"]["consumequeue/%LMQ%*"] = ("light queues in a RocksDB consume queue, which rocketidx "
@@ -229,7 +233,11 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
     report.areas["consumequeue"] = cq
     redispatch = REDISPATCH.format(start=model.redispatch_from, how=model.how)
     report.restart["consumequeue"] = {k: CQ_RESTART.get(k, "kept").format(redispatch=redispatch) for k in cq.counts} \
-        if not rocksdb else {k: ROCKSDB_RESTART[k].format(start=model.redispatch_from) for k in cq.counts}
+        if not rocksdb else {k: ROCKSDB_RESTART[k].format(again="the restart dispatches no record again"
+                                                          if model.redispatch_from is None else
+                                                          f"the restart dispatches again only the records from "
+                                                          f"offset {model.redispatch_from} on")
+                             for k in cq.counts}
     cp = report.areas.get("checkpoint")
     if cp is not None:
         report.restart["checkpoint"] = {k: CHECKPOINT_RESTART[k] for k in cp.counts}
@@ -237,8 +245,10 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
 
 
 def _rocks_end(rocks) -> int:
-    """Where a RocksDB consume queue's restart dispatches again from: its checkpoint key (none: the start)."""
-    return rocks.checkpoint if rocks.checkpoint is not None else -1
+    """The queues' highest end D of a RocksDB consume queue: its checkpoint key, 0 without one
+    (``RocksDBConsumeQueueOffsetTable.getMaxPhyOffset``): a restart then dispatches the records past offset 0,
+    strictly, and the log's first record, at 0, never (a 5.5.0 broker whose database was deleted did so)."""
+    return rocks.checkpoint if rocks.checkpoint is not None else 0
 
 
 def _rocks_area(db: Path, rocks, build: Path, commitlog: Path, segments, redispatch_from, skip_lmq: bool):

@@ -283,8 +283,17 @@ PARTS = ("total_s", "rm_s", "backfill_s", "start_to_boot_s", "boot_to_last_s", "
 
 
 def same_queues(x: Path, y: Path) -> bool | str:
-    """True when two stores' consumequeue/ trees hold the same files with the same bytes, else the first
-    difference."""
+    """True when two stores' consumequeue/ trees hold the same files with the same bytes (RocksDB consume
+    queues: the same entries, max keys and checkpoint), else the first difference."""
+    if (x / "consumequeue" / "CURRENT").is_file():
+        from rocketidx.consumequeue.rocksdb import read_table
+        a, b = read_table(x / "consumequeue"), read_table(y / "consumequeue")
+        if set(a.entries) != set(b.entries):
+            return f"queues differ: {sorted(set(a.entries) ^ set(b.entries))[:5]}"
+        for q, e in a.entries.items():
+            if len(e) != len(b.entries[q]) or (e != b.entries[q]).any():
+                return f"entries differ: {q}"
+        return True if (a.max, a.checkpoint) == (b.max, b.checkpoint) else "max keys or checkpoint differ"
     fx = sorted(p.relative_to(x) for p in (x / "consumequeue").rglob("*") if p.is_file())
     fy = sorted(p.relative_to(y) for p in (y / "consumequeue").rglob("*") if p.is_file())
     if fx != fy:
@@ -296,14 +305,16 @@ def same_queues(x: Path, y: Path) -> bool | str:
 
 
 def run(version: str, gb: float, work: Path, *, small_index: bool, verify: str, boot_timeout: float,
-        rounds: int = 1, keep: bool = False, backfill_args: tuple[str, ...] = (), result: dict | None = None) -> dict:
-    """The whole run; ``result`` (filled as it goes, so a failure keeps what was measured) is returned."""
-    conf = broker_conf(small_index)
+        rounds: int = 1, keep: bool = False, backfill_args: tuple[str, ...] = (), result: dict | None = None,
+        settings: dict | None = None) -> dict:
+    """The whole run; ``result`` (filled as it goes, so a failure keeps what was measured) is returned.
+    ``settings``: broker.conf keys over the run's (``--set``, e.g. storeType=defaultRocksDB)."""
+    conf = {**broker_conf(small_index), **(settings or {})}
     result = {} if result is None else result
     result.update({"version": version, "gb": gb, "jdk_java_options": os.environ.get("JDK_JAVA_OPTIONS"),
                    "work": str(work), "conf": {k: conf[k] for k in (
         "mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "flushDiskType",
-        "maxMessageSize")}, "jvm": harness.JVM_FLAGS[:4], "cpus": os.cpu_count()})
+        "maxMessageSize")}, "settings": settings or {}, "jvm": harness.JVM_FLAGS[:4], "cpus": os.cpu_count()})
     clusters: list[Cluster] = []
     try:
         # 1. the store
@@ -454,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backfill-args", default="",
                    help="more arguments for (b)'s backfill, e.g. '--targets consumequeue' (default: none)")
     p.add_argument("--boot-timeout", type=float, default=3600, help="seconds a broker may take to boot")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf setting over the run's (repeatable), e.g. storeType=defaultRocksDB: the "
+                        "queues in a RocksDB database, which (a) deletes and the broker dispatches again")
     args = p.parse_args(argv)
 
     made = args.work is None
@@ -470,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run(args.version, args.gb, work, small_index=args.small_index, verify=args.verify,
             boot_timeout=args.boot_timeout, rounds=args.rounds, keep=args.keep,
-            backfill_args=tuple(shlex.split(args.backfill_args)), result=result)
+            backfill_args=tuple(shlex.split(args.backfill_args)), result=result,
+            settings=dict(kv.split("=", 1) for kv in args.set))
         print(report(result))
         return 0
     except HarnessError as e:

@@ -107,3 +107,15 @@ def test_a_directory_that_is_no_database_is_named(tmp_path):
     with pytest.raises(StoreLayoutError, match=str(d)):
         R.read_table(d)
     assert sorted(os.listdir(d)) == ["CURRENT", "MANIFEST-000001"]
+
+
+def test_a_deleted_database_is_restored_by_the_restart_but_for_the_logs_first_record(store, tmp_path):
+    """With no database the broker's D is 0 and it dispatches the records past it, strictly: the record at
+    offset 0 never comes back (a 5.5.0 broker restarted on a deleted database lost it: brokers.redispatch)."""
+    import shutil
+    shutil.rmtree(store / "consumequeue")
+    report = _verify(store, tmp_path)
+    cq = report.areas["consumequeue"]
+    assert dict(cq.counts) == {"missing-entry": 1}
+    assert [(p.file.rsplit("#", 1)[1], p.offset) for p in cq.problems] == [("B/0", 0)]
+    assert report.state["restart_model"]["consumequeue"] == {"restored_entries": 58, "lost_entries": 1}
