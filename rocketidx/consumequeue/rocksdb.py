@@ -178,6 +178,24 @@ def _read_table(rd, path: str, named: str) -> QueueTable:
     return out
 
 
+class RocksQueues:
+    """A RocksDB consume queue as a restarted broker serves it (``RocksDBConsumeQueue.get``), for ``query
+    --consumequeue``: an entry between the queue's first served offset (its first entry at or past the log's
+    first offset ``min_offset``) and its ``max`` key, else None. The table is read whole when opened."""
+
+    def __init__(self, directory: str | os.PathLike, min_offset: int):
+        self.table, self.min_offset = read_table(directory), min_offset
+
+    def get(self, topic: str, queue_id: int, queue_offset: int) -> tuple[int, int, int] | None:
+        a, top = self.table.entries.get((topic, queue_id)), self.table.max.get((topic, queue_id))
+        if a is None or top is None or queue_offset > top[1]:
+            return None
+        i = int(np.searchsorted(a["queue_offset"], queue_offset))
+        if i == len(a) or a["queue_offset"][i] != queue_offset or a["phy_offset"][i] < self.min_offset:
+            return None
+        return int(a["phy_offset"][i]), int(a["size"][i]), int(a["tags_code"][i])
+
+
 def expected_table(cq_dir: str | os.PathLike, commitlog: str | os.PathLike) -> QueueTable:
     """The database a broker that dispatched the whole log holds: each entry of the ConsumeQueue files
     rebuilt from the log (``cq_dir``, one sequence, as the broker writes them) with its record's store time;

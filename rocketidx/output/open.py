@@ -157,6 +157,9 @@ def open_consumequeues(path: str | os.PathLike, commitlog: str | os.PathLike | N
     if min_offset is None:
         raise StoreLayoutError(p, "a bare consumequeue directory: give --commitlog, whose first offset decides "
                                   "which entries a restarted broker still serves")
+    from rocketidx.consumequeue.rocksdb import RocksQueues, is_rocksdb
+    if is_rocksdb(queues_dir):  # a storeType=defaultRocksDB broker's database, opened read-only
+        return RocksQueues(queues_dir, min_offset)
     return ConsumeQueues(queues_dir, min_offset)
 
 

@@ -134,3 +134,21 @@ def test_batch_consume_queues_are_the_brokers_own_bytes(jars, tmp_path):
     assert res.consumequeue[0] == res.consumequeue[1] and res.index[0] == res.index[1], res.consumequeue_differ
     assert res.batch_lookups[1] > 100 and res.batch_lookups[0] == res.batch_lookups[1], res.batch_lookups
 
+
+
+@pytest.mark.skipif(major(VERSION) < 5, reason="storeType=defaultRocksDB exists from 5.2.0")
+def test_a_rocksdb_consume_queue_is_checked_damaged_lost_repaired_and_served(jars, tmp_path):
+    """storeType=defaultRocksDB: verify --store is clean on the broker's own database and reports an entry
+    deleted, an entry changed and a wrong max key; after the database is deleted, backfill --store rebuilds it
+    equal to the broker's (entries, max keys, checkpoint), the broker starts on it and the consumer reads every
+    message it read before, at the same queue offsets."""
+    from brokers.rocksdb import run_version
+    res = run_version(VERSION, tmp_path / "rocksdb", messages=300, seed=9)
+    assert res.get("error") is None, res
+    assert res["own_store"]["clean"] and res["own_store"]["entries_checked"] > 300, res["own_store"]
+    assert all(d["found"] for d in res["damage"].values()), res["damage"]
+    r = res["rebuilt"]
+    assert r["queues_identical"][0] == r["queues_identical"][1] > 10 and r["max_equal"], r
+    assert r["checkpoint"][0] == r["checkpoint"][1], r
+    assert res["read"]["missing_after"] == 0 and res["read"]["before"] > 300, res["read"]
+    assert res["after_restart"]["clean"], res["after_restart"]

@@ -119,3 +119,14 @@ def test_a_deleted_database_is_restored_by_the_restart_but_for_the_logs_first_re
     assert dict(cq.counts) == {"missing-entry": 1}
     assert [(p.file.rsplit("#", 1)[1], p.offset) for p in cq.problems] == [("B/0", 0)]
     assert report.state["restart_model"]["consumequeue"] == {"restored_entries": 58, "lost_entries": 1}
+
+
+def test_query_consumequeue_reads_a_rocksdb_store_as_the_broker_serves_it(store):
+    from rocketidx.ops.query import query_queue
+    t = R.read_table(store / "consumequeue")
+    e = t.entries[("A", 1)][4]
+    assert query_queue(str(store), "A", 1, 4) == (int(e["phy_offset"]), int(e["size"]), int(e["tags_code"]))
+    assert query_queue(str(store), "A", 1, 19) is None  # past the max
+    assert query_queue(str(store), "Z", 0, 0) is None
+    change(store / "consumequeue", "offset", R.offset_key(b"A", 1, "max"), struct.pack(">qq", 0, 3))
+    assert query_queue(str(store), "A", 1, 4) is None  # the broker serves up to its max key
