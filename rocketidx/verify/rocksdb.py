@@ -7,7 +7,8 @@ the log's first offset, where the restart dispatches again from. Out: a
 Problem kinds: ``missing-entry``, ``wrong-field`` (any of offset, size, tagsCode, store time), ``extra-entry``,
 ``unexplained-queue`` (entries of a queue no dispatch makes), ``max-offset`` (a queue's ``max`` key is not its
 last entry: consumers see another end; missing, consumers see the queue empty), ``min-offset`` (a ``min`` key
-past the first entry a consumer may read: the entries before it are never served), ``malformed-key``.
+past the first entry a consumer may read: the entries before it are never served), ``malformed-key``,
+``unreadable`` (RocksDB cannot open the database).
 
 The restart (``RocksDBConsumeQueueStore.recover``): the broker dispatches again from the database's
 checkpoint (``CHECKPOINT_TOPIC``; none: from the log's start), writing every entry of those records and each
@@ -32,6 +33,7 @@ ROCKSDB_RESTART = {
                   "only queues it writes to)",
     "min-offset": "kept until the log's start passes it: consumers are not served the entries before it",
     "malformed-key": "kept: the broker skips it",
+    "unreadable": "the broker's load cannot open the database: it does not start",
 }
 
 

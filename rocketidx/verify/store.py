@@ -165,8 +165,12 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
              "index": store.index.is_dir(), "consumequeue": cq_dir.is_dir(), "skipped": {}}
     if rocksdb:
         from rocketidx.consumequeue.rocksdb import QueueTable, is_rocksdb, read_table
-        # before the rebuild: a database rocketidx cannot open stops here; none at all is an empty one
-        rocks = read_table(cq_dir) if is_rocksdb(cq_dir) else QueueTable()
+        from rocketidx.errors import StoreLayoutError
+        rocks_unreadable = None
+        try:  # none at all is an empty database
+            rocks = read_table(cq_dir) if is_rocksdb(cq_dir) else QueueTable()
+        except StoreLayoutError as e:
+            rocks, rocks_unreadable = None, e.reason
         state["consumequeue_store"] = "rocksdb"
         state["queues_end_from"] = ("the database's CHECKPOINT_TOPIC key (RocksDBConsumeQueueOffsetTable."
                                     "getMaxPhyOffset; 0 without one)")
@@ -210,7 +214,10 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         # A store without consumequeue/ lost every queue: each one the log dispatches is missing.
         # A missing queue entry the restart's re-dispatch puts back is state, like the index's (restored).
         queue_restart = QueueRestart(model.redispatch_from)
-        if rocksdb:
+        if rocksdb and rocks is None:
+            cq = VerifyReport()
+            cq.add(str(cq_dir), 0, "unreadable", rocks_unreadable)
+        elif rocksdb:
             cq, queue_restart = _rocks_area(cq_dir, rocks, scratch / "build", commitlog, segments,
                                             model.redispatch_from, skip_lmq="consumequeue/%LMQ%*" in state["skipped"])
         cq = cq if rocksdb else verify_consumequeues(
@@ -248,6 +255,8 @@ def _rocks_end(rocks) -> int:
     """The queues' highest end D of a RocksDB consume queue: its checkpoint key, 0 without one
     (``RocksDBConsumeQueueOffsetTable.getMaxPhyOffset``): a restart then dispatches the records past offset 0,
     strictly, and the log's first record, at 0, never (a 5.5.0 broker whose database was deleted did so)."""
+    if rocks is None:  # a database RocksDB cannot open: the broker's load fails, nothing is dispatched
+        return -1
     return rocks.checkpoint if rocks.checkpoint is not None else 0
 
 

@@ -102,7 +102,10 @@ def test_a_batch_cq_topic_gets_no_consumequeue_and_its_batch_queues_are_repaired
     assert json.loads(capsys.readouterr().out)["areas"]["batchconsumequeue"]["clean"]
 
 
-def test_a_rocksdb_queue_store_is_left_as_it_is_and_the_index_repaired(tmp_path, capsys):
+def test_a_rocksdb_queue_store_rocksdb_cannot_open_is_reported_replaced_and_the_index_repaired(tmp_path, capsys):
+    """Issue 34 turned the old skip into a repair: a consumequeue/ holding a database RocksDB cannot open is a
+    problem for verify (the broker would not start), and backfill rebuilds it, the junk kept in the backup."""
+    from rocketidx.consumequeue.rocksdb import read_table
     store, flags, lost = _store(tmp_path)
     shutil.rmtree(store / "consumequeue")
     db = store / "consumequeue"
@@ -114,12 +117,15 @@ def test_a_rocksdb_queue_store_is_left_as_it_is_and_the_index_repaired(tmp_path,
 
     assert main(["verify", "--store", str(store), "--json"] + flags) == 1
     report = json.loads(capsys.readouterr().out)
-    assert "RocksDB" in report["state"]["skipped"]["consumequeue"]
-    assert report["areas"]["consumequeue"]["clean"] and not report["areas"]["index"]["clean"]
+    assert report["areas"]["consumequeue"]["counts"] == {"unreadable": 1}
+    assert "does not start" in report["restart"]["consumequeue"]["unreadable"]
+    assert _inodes(db) == before
 
     out = _repair(store, flags, capsys)
-    assert "consumequeue: skipped: consumequeue/ holds a RocksDB database" in out
-    assert _inodes(db) == before
+    assert "consumequeue: a RocksDB database" in out and "cannot be opened" in out
+    backup = next((store / "consumequeue.backup").iterdir()) / "consumequeue"
+    assert {k: v[1] for k, v in _inodes(backup).items()} == {k: v[1] for k, v in before.items()}
+    assert read_table(db).entry_count > 0
     _index_repaired(store, flags, lost, capsys)
 
 
