@@ -29,7 +29,8 @@ enum {
     REC_POS, REC_TOTAL, REC_V2, REC_SYSFLAG, REC_BODY_POS, REC_BODY_LEN, REC_TOPIC_POS, REC_TOPIC_LEN,
     REC_PROPS_POS, REC_PROPS_LEN, REC_KEYS_POS, REC_KEYS_LEN, REC_UNIQ_POS, REC_UNIQ_LEN, REC_TAGS_POS,
     REC_TAGS_LEN, REC_PHY, REC_STORE_TS, REC_QUEUE_ID, REC_QUEUE_OFFSET, REC_TAGS_CODE, REC_TOPIC_KEY,
-    REC_MULTI_DISPATCH, REC_COLS
+    REC_MULTI_DISPATCH, REC_MULTI_NAMES_POS, REC_MULTI_NAMES_LEN, REC_MULTI_OFFSETS_POS, REC_MULTI_OFFSETS_LEN,
+    REC_COLS
 };
 #define TAGS_CODE_UNKNOWN ((int64_t)1 << 40)
 
@@ -234,6 +235,13 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
     row[REC_TOPIC_KEY] = -1;
     /* Light queues: whether the properties name any (the dispatch parses only such records). */
     row[REC_MULTI_DISPATCH] = props_len >= 21 && memmem(r + props_pos, (size_t)props_len, "INNER_MULTI_DISPATCH\x01", 21) != NULL;
+    row[REC_MULTI_NAMES_POS] = row[REC_MULTI_NAMES_LEN] = row[REC_MULTI_OFFSETS_POS] = row[REC_MULTI_OFFSETS_LEN] = -1;
+    if (row[REC_MULTI_DISPATCH]) {  /* the two lists' values, found while the record is in cache */
+        find_property(r + props_pos, props_len, "INNER_MULTI_DISPATCH", 20, &vp, &vl);
+        if (vp >= 0) { row[REC_MULTI_NAMES_POS] = p + props_pos + vp; row[REC_MULTI_NAMES_LEN] = vl; }
+        find_property(r + props_pos, props_len, "INNER_MULTI_QUEUE_OFFSET", 24, &vp, &vl);
+        if (vp >= 0) { row[REC_MULTI_OFFSETS_POS] = p + props_pos + vp; row[REC_MULTI_OFFSETS_LEN] = vl; }
+    }
     if (needs_java_check(r, topic_pos, topic_len, props_pos, props_len)) return STOP_JAVA_CHECK;
     return 0;
 }

@@ -37,6 +37,9 @@ LMQ_TOPIC_RULES = {
     "5.1.1": "%RETRY% topics (5.1.1)",
     "5.1.3": "%RETRY% topics, rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (5.1.3, 5.1.4; 5.1.2 is not served)",
     "5.2": "%RETRY% topics, rmq_sys_* and SCHEDULE_TOPIC_XXXX (5.2.0 on)",
+    # The RocksDB consume queue's own rule (RocksDBConsumeQueueStore.dispatchLMQ, MixAll.topicAllowsLMQ): with
+    # enableLmq alone, whatever enableMultiDispatch says.
+    "rocksdb": "%RETRY% and %DLQ% topics, rmq_sys_* and SCHEDULE_TOPIC_XXXX (a RocksDB consume queue, 5.2.0 on)",
 }
 
 
@@ -58,6 +61,9 @@ class LightQueues:
         """Whether a record of ``topic`` has its light-queue units written, under this release's rule."""
         if self.topics == "none":
             return True
+        if self.topics == "rocksdb":
+            return not (topic.startswith((L.RETRY_TOPIC_PREFIX, L.DLQ_TOPIC_PREFIX, L.SYSTEM_TOPIC_PREFIX))
+                        or topic == L.SCHEDULE_TOPIC)
         if topic.startswith(L.RETRY_TOPIC_PREFIX):
             return False
         if self.topics == "5.1.1":
@@ -296,6 +302,12 @@ def queue_store(broker: Mapping[str, object]) -> str:
         raise ConfigError("useSeparateStorePathForRocksdbCQ", "true", "rocketidx repairs the RocksDB consume queue at "
                                                                       "STORE/consumequeue/ only, the default path")
     return "rocksdb"
+
+
+def rocksdb_light_queues(broker: Mapping[str, object]) -> LightQueues | None:
+    """The light queues a RocksDB consume queue holds: with ``enableLmq`` every record's
+    ``INNER_MULTI_DISPATCH`` names, under the database's own topic rule (``rocksdb``), else none."""
+    return LightQueues(True, "rocksdb") if broker.get("enableLmq") is True else None
 
 
 def rocksdb_compression(broker: Mapping[str, object]) -> tuple[str, str]:
@@ -576,6 +588,7 @@ class BackfillRequest:
     batch_file_size: int | None = None  # the broker conf's mapperFileSizeBatchConsumeQueue (None: not given)
     queue_store: str = "files"  # rocksdb: the broker's storeType=defaultRocksDB (rocketidx.backfill.rocksdb)
     rocksdb_compression: tuple[str, str] = ("lz4", "zstd")
+    rocksdb_light_queues: LightQueues | None = None  # with enableLmq, the light queues a RocksDB store holds
 
 
 def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFILL_TARGETS), dry_run: bool = False,
@@ -598,7 +611,8 @@ def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFI
         broker.get("messageDelayLevel", L.DEFAULT_DELAY_LEVELS), broker_release(broker_version),
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
                        partitions=partitions), light_queues(broker, broker_release(broker_version)),
-        broker.get("mapperFileSizeBatchConsumeQueue"), queue_store(broker), rocksdb_compression(broker))
+        broker.get("mapperFileSizeBatchConsumeQueue"), queue_store(broker), rocksdb_compression(broker),
+        rocksdb_light_queues(broker))
 
 
 # --- the build's request ------------------------------------------------------------------------------------

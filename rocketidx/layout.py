@@ -150,7 +150,14 @@ REC_QUEUE_OFFSET: Final = 19  # QUEUEOFFSET
 REC_TAGS_CODE: Final = 20  # Java String.hashCode of the TAGS value (none: 0), or TAGS_CODE_UNKNOWN
 REC_TOPIC_KEY: Final = 21  # REC_POS of the batch's first record with exactly this topic's bytes, or -1
 REC_MULTI_DISPATCH: Final = 22  # 1: the properties hold "INNER_MULTI_DISPATCH\x01" (light queues), 0 not, -1 unknown
-REC_COLS: Final = 23
+# Where REC_MULTI_DISPATCH is 1: the INNER_MULTI_DISPATCH and INNER_MULTI_QUEUE_OFFSET values as
+# string2messageProperties finds them (segment offset and length; -1, -1 where absent), so the dispatch
+# parses the light queues' lists without gathering the properties again.
+REC_MULTI_NAMES_POS: Final = 23
+REC_MULTI_NAMES_LEN: Final = 24
+REC_MULTI_OFFSETS_POS: Final = 25
+REC_MULTI_OFFSETS_LEN: Final = 26
+REC_COLS: Final = 27
 TAGS_CODE_UNKNOWN: Final = 1 << 40  # outside int32: bytes that are not valid UTF-8, or not computed
 
 # --- IndexFile ----------------------------------------------------------------------------------
@@ -220,6 +227,7 @@ PROPERTY_INNER_MULTI_QUEUE_OFFSET: Final = "INNER_MULTI_QUEUE_OFFSET"  # the off
 LMQ_PREFIX: Final = "%LMQ%"  # MixAll.LMQ_PREFIX: with enableLmq, such a name's queue id is 0
 RETRY_TOPIC_PREFIX: Final = "%RETRY%"  # MixAll.RETRY_GROUP_TOPIC_PREFIX
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"  # TopicValidator.SYSTEM_TOPIC_PREFIX
+DLQ_TOPIC_PREFIX: Final = "%DLQ%"  # MixAll.DLQ_GROUP_TOPIC_PREFIX
 TIMER_TOPIC: Final = "rmq_sys_wheel_timer"  # TimerMessageStore.TIMER_TOPIC
 BATCH_CQ: Final = "BatchCQ"  # the topic attribute queue.type of a topic whose queues are batchconsumequeue/
 BATCH_CQ_DIR: Final = "batchconsumequeue"  # STORE/batchconsumequeue/<topic>/<queueId>/, and a build's OUT/

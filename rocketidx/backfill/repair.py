@@ -38,7 +38,7 @@ from rocketidx.backfill.queues import (QueueRepair, batch_queue_plan, compare_qu
 from rocketidx.backfill.index import BackfillResult, backfill_locked, index_dir, plan_from_rebuild
 import rocketidx.backfill.swap as swap
 from rocketidx.consumequeue.batch import store_batch_file_size
-from rocketidx.config import BuildConfig
+from rocketidx.config import BuildConfig, LightQueues
 import rocketidx.layout as L
 from rocketidx.broker.store import BrokerStore
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR, Manifest
@@ -59,7 +59,8 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
                  delay_levels: str = L.DEFAULT_DELAY_LEVELS, check_crc: bool = True, dry_run: bool = False,
                  builder=None, log=print, remove_unexplained: bool = False, light_queues=None,
                  batch_file_size: int | None = None, queue_store: str = "files",
-                 rocksdb_compression: tuple[str, str] = ("lz4", "zstd")) -> StoreRepair:
+                 rocksdb_compression: tuple[str, str] = ("lz4", "zstd"),
+                 rocksdb_light_queues: LightQueues | None = None) -> StoreRepair:
     """Repair ``targets`` of the stopped broker's ``store`` (see the module docstring); ``dry_run``: the plans
     only. ``cq_file_size``: the queue file size where no queue file of the store tells it; ``light_queues``:
     the broker's light-queue rules (its enableMultiDispatch), whose queues are rebuilt like any other.
@@ -67,18 +68,16 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
     ``queue_store``: ``rocksdb`` when the broker keeps its queues in a RocksDB database (its
     ``storeType=defaultRocksDB``; a ``consumequeue/`` holding one says so too): the database is rebuilt
     (:mod:`rocketidx.backfill.rocksdb`), compressed as ``rocksdb_compression`` (the broker's
-    ``rocksdbCompressionType`` and ``bottomMostCompressionTypeForConsumeQueueStore``) says.
+    ``rocksdbCompressionType`` and ``bottomMostCompressionTypeForConsumeQueueStore``) says, with the light
+    queues ``rocksdb_light_queues`` names (its ``enableLmq``; :func:`rocketidx.config.rocksdb_light_queues`).
 
     Guards, each said in one line: a BatchCQ topic of ``config/topics.json`` is skipped; a queue no rebuild makes is left alone (listed in the
     plan) unless ``remove_unexplained``. The index repair goes ahead either way."""
     t0 = time.monotonic()
     store = BrokerStore.open(store)
     rocksdb = "consumequeue" in targets and (queue_store == "rocksdb" or store.queue_store_kind() == "rocksdb")
-    if rocksdb:
-        if light_queues is not None:  # the RocksDB store dispatches light queues by its own rule (dispatchLMQ)
-            log("consumequeue: light queues are not rebuilt into a RocksDB consume queue yet: the rebuild leaves "
-                "them out")
-            light_queues = None
+    if rocksdb:  # the RocksDB store dispatches light queues by its own rule (dispatchLMQ), enableLmq alone
+        light_queues = rocksdb_light_queues
     else:
         queue_files(store.consumequeue)  # refuse a stray before the lock file is made
     batch = tuple(sorted(store.batch_topics()))

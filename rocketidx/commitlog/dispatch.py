@@ -135,20 +135,14 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     rows = rows[_may_name_light_queues(u8, recs[rows])]
     if not len(rows):
         return d
-    sub = recs[rows]
-    data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
-    found = property_ranges(data, offs, [L.PROPERTY_INNER_MULTI_DISPATCH, L.PROPERTY_INNER_MULTI_QUEUE_OFFSET])
-    has_names, n_start, n_len = found[L.PROPERTY_INNER_MULTI_DISPATCH]
-    has_offsets, o_start, o_len = found[L.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
-    both = np.flatnonzero(has_names & has_offsets)
-    if not len(both):
+    with_rows, names, offsets = _light_lists(u8, recs, rows)
+    if not len(with_rows):
         return d
-    names = _java_split(property_strings(data, n_start[both], n_len[both]))
-    offsets = _java_split(property_strings(data, o_start[both], o_len[both]))
+    names, offsets = _java_split(names), _java_split(offsets)
     n_count = pc.list_value_length(names).to_numpy(zero_copy_only=False)
     o_count = pc.list_value_length(offsets).to_numpy(zero_copy_only=False)
     same = n_count == o_count
-    record = np.repeat(rows[both][same], n_count[same])  # the unit's row in d
+    record = np.repeat(with_rows[same], n_count[same])  # the unit's row in d
     flat_names = pc.list_flatten(names.filter(pa.array(same)))
     flat_offsets = pc.list_flatten(offsets.filter(pa.array(same)))
     parsed, throws = java_parse_longs(flat_offsets)
@@ -180,6 +174,31 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
                       np.concatenate([d.size, d.size[record]])[order],
                       np.concatenate([d.tags_code, d.tags_code[record]])[order],
                       np.concatenate([d.position, d.position[record]])[order], left_out)
+
+
+def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """The rows of ``rows`` whose properties hold both light-queue lists, and the two lists' values as Java
+    strings. The kernel found the values while each record was in cache (``REC_MULTI_NAMES_POS`` ...); rows it
+    was not asked about (the numpy path) have their properties gathered and parsed here, with the same rule."""
+    known = recs[rows, L.REC_MULTI_DISPATCH] == 1
+    k = rows[known]
+    k = k[(recs[k, L.REC_MULTI_NAMES_POS] >= 0) & (recs[k, L.REC_MULTI_OFFSETS_POS] >= 0)]
+    parts = [(k, property_strings(u8, recs[k, L.REC_MULTI_NAMES_POS], recs[k, L.REC_MULTI_NAMES_LEN]),
+              property_strings(u8, recs[k, L.REC_MULTI_OFFSETS_POS], recs[k, L.REC_MULTI_OFFSETS_LEN]))]
+    rest = rows[~known]
+    if len(rest):
+        sub = recs[rest]
+        data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
+        found = property_ranges(data, offs, [L.PROPERTY_INNER_MULTI_DISPATCH, L.PROPERTY_INNER_MULTI_QUEUE_OFFSET])
+        has_names, n_start, n_len = found[L.PROPERTY_INNER_MULTI_DISPATCH]
+        has_offsets, o_start, o_len = found[L.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
+        both = np.flatnonzero(has_names & has_offsets)
+        parts.append((rest[both], property_strings(data, n_start[both], n_len[both]),
+                      property_strings(data, o_start[both], o_len[both])))
+    if len(parts) == 1:
+        return parts[0]
+    return (np.concatenate([p[0] for p in parts]), pa.concat_arrays([p[1] for p in parts]),
+            pa.concat_arrays([p[2] for p in parts]))
 
 
 _NAMES_PROPERTY = re.compile(re.escape(f"{L.PROPERTY_INNER_MULTI_DISPATCH}\x01".encode()))

@@ -87,7 +87,8 @@ def backfill(request: BackfillRequest, log=print) -> BackfillOutcome:
                 rs = repair_store(r.store, targets=r.targets, cq_file_size=r.cq_file_size, delay_levels=r.delay_levels,
                                   builder=builder, remove_unexplained=r.remove_unexplained,
                                   light_queues=r.light_queues, batch_file_size=r.batch_file_size,
-                                  queue_store=r.queue_store, rocksdb_compression=r.rocksdb_compression, **args)
+                                  queue_store=r.queue_store, rocksdb_compression=r.rocksdb_compression,
+                                  rocksdb_light_queues=r.rocksdb_light_queues, **args)
                 queues, index, wall = rs.queues, rs.index, rs.wall_s
                 skipped = "consumequeue/ is a RocksDB database" if queues is None else None
             else:

@@ -14,23 +14,35 @@ from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig
 
 
-def store_with_rocksdb_queues(tmp_path, n: int = 60):
-    recs, next_offset = [], {}
+def store_with_rocksdb_queues(tmp_path, n: int = 60, lmq: bool = False):
+    """``lmq``: every fifth record also names two light queues (``enableLmq``), as the broker's multi-dispatch
+    writes them, and a %DLQ% record names one, which the database's rule leaves out."""
+    recs, next_offset, lmq_offset = [], {}, {}
     for i in range(n):
         topic, qid = (b"A", i % 2) if i % 3 else (b"B", 0)
+        topic = b"%DLQ%g" if lmq and i == 25 else topic
         tx = 0x4 if i == 17 else 0  # a prepared half: no entry, and no queue offset taken
         q = next_offset.get((topic, qid), 0)
-        recs.append(Rec(topic=topic, properties=props(("TAGS", f"t{i % 4}")), queue_id=qid, queue_offset=q,
+        pairs = [("TAGS", f"t{i % 4}")]
+        if lmq and (i % 5 == 0 or i == 25):
+            names = ["%LMQ%x", f"%LMQ%y{i % 2}"] if i != 25 else ["%LMQ%x"]
+            offs = [lmq_offset.get(nm, 0) for nm in names]
+            if i != 25:
+                lmq_offset.update({nm: o + 1 for nm, o in zip(names, offs)})
+            pairs += [("INNER_MULTI_DISPATCH", ",".join(names)), ("INNER_MULTI_QUEUE_OFFSET", ",".join(map(str, offs)))]
+        recs.append(Rec(topic=topic, properties=props(*pairs), queue_id=qid, queue_offset=q,
                         store_timestamp_ms=T0 + 1000 * i, tx=tx))
         if not tx:
             next_offset[(topic, qid)] = q + 1
     store = write_segments(tmp_path / "store", [lay_segment(recs[:n // 2], size=1 << 14, blank=True),
                                                 lay_segment(recs[n // 2:], size=1 << 14, base_offset=1 << 14)])
-    build_index(store, tmp_path / "built", BuildConfig(window_ms=0, timezone="UTC", targets=("consumequeue",)),
+    from rocketidx.config import LightQueues
+    build_index(store, tmp_path / "built", BuildConfig(window_ms=0, timezone="UTC", targets=("consumequeue",),
+                                                       light_queues=LightQueues(True, "rocksdb") if lmq else None),
                 time_index=None)
     R.write_table(store / "consumequeue", R.expected_table(tmp_path / "built" / "consumequeue", store / "commitlog"))
     shutil.rmtree(tmp_path / "built")
-    (tmp_path / "broker.conf").write_text("storeType=defaultRocksDB\n")
+    (tmp_path / "broker.conf").write_text("storeType=defaultRocksDB\n" + ("enableLmq=true\n" if lmq else ""))
     return store
 
 

@@ -45,6 +45,8 @@ def dispatches(rule: str, topic: str) -> bool:
         return not topic.startswith("%RETRY%")
     if rule == "5.1.3":
         return not (topic.startswith("%RETRY%") or topic == "rmq_sys_wheel_timer" or topic == "SCHEDULE_TOPIC_XXXX")
+    if rule == "rocksdb":  # RocksDBConsumeQueueStore.dispatchLMQ: DispatchRequest.containsLMQ, topicAllowsLMQ
+        return not (topic.startswith(("%RETRY%", "%DLQ%", "rmq_sys_")) or topic == "SCHEDULE_TOPIC_XXXX")
     return not (topic.startswith("%RETRY%") or topic.startswith("rmq_sys_") or topic == "SCHEDULE_TOPIC_XXXX")
 
 
@@ -94,7 +96,8 @@ def dispatched(tmp_path, records: list[Rec], rules: LightQueues | None, native: 
 
 NAMES = ["%LMQ%a", "%LMQ%b", "%LMQ%c", "plain", "%LMQ%x/y", "", " ", "%LMQ%ü"]
 OFFSETS = ["0", "5", "17", "-1", "+7", "x", "", " 3", "9223372036854775807", "9223372036854775808"]
-TOPICS = ["T", "%RETRY%g", "rmq_sys_wheel_timer", "rmq_sys_other", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC"]
+TOPICS = ["T", "%RETRY%g", "%DLQ%g", "rmq_sys_wheel_timer", "rmq_sys_other", "SCHEDULE_TOPIC_XXXX",
+          "RMQ_SYS_TRANS_HALF_TOPIC"]
 
 
 @st.composite

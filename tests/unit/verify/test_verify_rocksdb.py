@@ -130,3 +130,17 @@ def test_query_consumequeue_reads_a_rocksdb_store_as_the_broker_serves_it(store)
     assert query_queue(str(store), "Z", 0, 0) is None
     change(store / "consumequeue", "offset", R.offset_key(b"A", 1, "max"), struct.pack(">qq", 0, 3))
     assert query_queue(str(store), "A", 1, 4) is None  # the broker serves up to its max key
+
+
+def test_light_queues_in_a_rocksdb_store_follow_its_own_rule(tmp_path):
+    """enableLmq alone puts a message's INNER_MULTI_DISPATCH names into the database (dispatchLMQ); a %DLQ%
+    record's names are not. Without enableLmq in the broker conf the light queues stay unexplained."""
+    store = store_with_rocksdb_queues(tmp_path, lmq=True)
+    t = R.read_table(store / "consumequeue")
+    assert sorted(q for q in t.entries if q[0].startswith("%LMQ%")) == [("%LMQ%x", 0), ("%LMQ%y0", 0),
+                                                                        ("%LMQ%y1", 0)]
+    assert len(t.entries[("%LMQ%x", 0)]) == 11  # every fifth record, the %DLQ% one (i == 25) left out
+    report = verify_store(store, broker={"storeType": "defaultRocksDB", "enableLmq": True})
+    assert report.clean, report.as_dict()["areas"]["consumequeue"]
+    bare = verify_store(store, broker={"storeType": "defaultRocksDB"})
+    assert dict(bare.areas["consumequeue"].counts) == {"unexplained-queue": 22}
