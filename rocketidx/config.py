@@ -281,6 +281,8 @@ class BrokerRelease:
     line: str  # the restart model's release line: 5.x (8fc57f1), 5.5.x or 4.9.x (rocketidx.verify.restart)
     tag_entries: bool  # 5.4.0 on: IndexService.buildIndex adds topic#T#TAGS per tagged message
     lmq_topics: str = "5.2"  # which records' light-queue names are dispatched (LMQ_TOPIC_RULES)
+    # ... into a RocksDB consume queue (dispatchLMQ): none before 5.3.2, "5.2" to 5.4.x, "rocksdb" from 5.5.0
+    rocksdb_lmq: str | None = "5.2"
 
     @property
     def rules(self) -> str:
@@ -304,10 +306,13 @@ def queue_store(broker: Mapping[str, object]) -> str:
     return "rocksdb"
 
 
-def rocksdb_light_queues(broker: Mapping[str, object]) -> LightQueues | None:
-    """The light queues a RocksDB consume queue holds: with ``enableLmq`` every record's
-    ``INNER_MULTI_DISPATCH`` names, under the database's own topic rule (``rocksdb``), else none."""
-    return LightQueues(True, "rocksdb") if broker.get("enableLmq") is True else None
+def rocksdb_light_queues(broker: Mapping[str, object], release: BrokerRelease) -> LightQueues | None:
+    """The light queues a RocksDB consume queue holds: with ``enableLmq`` (``enableMultiDispatch`` does not
+    matter) every record's ``INNER_MULTI_DISPATCH`` names, under the release's own topic rule
+    (``release.rocksdb_lmq``: 5.3.2 on), else none."""
+    if broker.get("enableLmq") is not True or release.rocksdb_lmq is None:
+        return None
+    return LightQueues(True, release.rocksdb_lmq)
 
 
 def rocksdb_compression(broker: Mapping[str, object]) -> tuple[str, str]:
@@ -328,7 +333,7 @@ def broker_release(text: str | None) -> BrokerRelease:
         minor = int(m.group(2)) if m.group(2) not in (None, "x") else None
         patch = int(m.group(3)) if m.group(3) not in (None, "x") else None
         return BrokerRelease(text.strip(), "5.5.x" if minor is not None and minor >= 5 else "5.x",
-                             minor is not None and minor >= 4, _lmq_topics(minor, patch))
+                             minor is not None and minor >= 4, _lmq_topics(minor, patch), _rocksdb_lmq(minor, patch))
     raise ConfigError("--broker-version", text, "a RocketMQ release: 4.9.x or 5.x (e.g. 4.9.8, 5.3.3, 5.5.0)")
 
 
@@ -339,6 +344,15 @@ def _lmq_topics(minor: int | None, patch: int | None) -> str:
     if minor == 0:
         return "none"
     return "none" if patch == 0 else "5.1.1" if patch == 1 else "5.1.3"
+
+
+def _rocksdb_lmq(minor: int | None, patch: int | None) -> str | None:
+    """The RocksDB consume queue's light-queue rule of release 5.minor.patch: none before 5.3.2 (no
+    dispatchLMQ), ``5.2`` (MixAll.topicAllowsLMQ without %DLQ%) to 5.4.x, ``rocksdb`` from 5.5.0 (None given:
+    the 5.x line's, 5.3.2 to 5.4)."""
+    if minor is None or (minor == 3 and (patch is None or patch >= 2)) or minor == 4:
+        return "5.2"
+    return "rocksdb" if minor >= 5 else None
 
 
 def batch_topics_of(path: str | os.PathLike) -> tuple[str, ...]:
@@ -612,7 +626,7 @@ def backfill_request(store: str | os.PathLike, *, targets: str = ",".join(BACKFI
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
                        partitions=partitions), light_queues(broker, broker_release(broker_version)),
         broker.get("mapperFileSizeBatchConsumeQueue"), queue_store(broker), rocksdb_compression(broker),
-        rocksdb_light_queues(broker))
+        rocksdb_light_queues(broker, broker_release(broker_version)))
 
 
 # --- the build's request ------------------------------------------------------------------------------------

@@ -97,22 +97,27 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
             from rocketidx.commitlog.entries import tag_entries_on
             from rocketidx.verify.rules import check_index_rules
             check_index_rules(index.open(), str(store.commitlog), tag_entries_on())
+        # A RocksDB consume queue is made from its own dispatch of the log (backfill/rocksdb.py), not from files.
+        build_targets = tuple(t for t in targets if not (rocksdb and t == "consumequeue"))
         config = BuildConfig(hash_slot_num=index.hash_slot_num if index else L.DEFAULT_HASH_SLOT_NUM,
                              index_num=index.index_num if index else L.DEFAULT_INDEX_NUM, window_ms=window_ms,
-                             timezone=timezone_name, check_crc=check_crc, targets=targets, cq_file_size=size,
-                             delay_levels=delay_levels, light_queues=light_queues,
-                             batch_topics=batch if "consumequeue" in targets else (),
+                             timezone=timezone_name, check_crc=check_crc, targets=build_targets or targets,
+                             cq_file_size=size, delay_levels=delay_levels, light_queues=light_queues,
+                             batch_topics=batch if "consumequeue" in build_targets else (),
                              batch_file_size=store_batch_file_size(store.root / L.BATCH_CQ_DIR, batch_file_size))
         stamp = swap.new_stamp()
         out = Path(tempfile.mkdtemp(prefix="rocketidx-repair-")) / "build" if dry_run \
             else swap.staging_dir(store, "consumequeue", stamp)
         try:
-            built, summary = builder(store.commitlog, out, config, time_index=None)
-            log(f"read the CommitLog once: {summary.messages:,} messages -> "
-                + ("the queues and the index" if "index" in targets else "the queues"))
+            if build_targets:
+                built, summary = builder(store.commitlog, out, config, time_index=None)
+                log(f"read the CommitLog once: {summary.messages:,} messages -> "
+                    + ("the index" if build_targets == ("index",) else
+                       "the queues and the index" if "index" in targets else "the queues"))
             plan = None
             if rocksdb:
-                result.queues = _repair_rocksdb(store, out, dry_run, stamp, log, rocksdb_compression)
+                out.mkdir(parents=True, exist_ok=True)
+                result.queues = _repair_rocksdb(store, out, config, dry_run, stamp, log, rocksdb_compression)
             elif "consumequeue" in targets:  # an index-only repair never plans (nor removes) queues
                 plan = compare_queues(store, files, size, size_from, out / CONSUMEQUEUE_DIR, skip_topics=skip,
                                       remove_unexplained=remove_unexplained)
@@ -147,15 +152,16 @@ def repair_store(store: str | os.PathLike, *, targets: tuple[str, ...] = ("index
     return result
 
 
-def _repair_rocksdb(store: BrokerStore, out: Path, dry_run: bool, stamp: str, log, compression) -> QueueRepair:
+def _repair_rocksdb(store: BrokerStore, out: Path, config: BuildConfig, dry_run: bool, stamp: str, log,
+                    compression) -> QueueRepair:
     from rocketidx.backfill.rocksdb import install_rocksdb, plan_rocksdb
     segments = store.segments()
-    plan, table = plan_rocksdb(store, out / CONSUMEQUEUE_DIR, segments[0].base_offset if segments else 0)
+    plan, table = plan_rocksdb(store, config, segments[0].base_offset if segments else 0)
     for line in plan.lines():
         log(line)
     repair = QueueRepair(plan)
     if not dry_run and plan.changes:
-        logics = newest_entry_time(store, out) if (store / "checkpoint").exists() else None
+        logics = table.newest_store_time() if (store / "checkpoint").exists() else None
         backup = install_rocksdb(store, table, out / "rocksdb", plan, stamp, logics, *compression)
         repair.backup_dir = str(backup)
         log(f"consumequeue: a new RocksDB database of {table.entry_count:,} entries installed; the one it "

@@ -51,12 +51,14 @@ class RocksPlan(QueuePlan):
         return out
 
 
-def plan_rocksdb(store: BrokerStore, rebuilt_cq: Path, log_start: int) -> tuple[RocksPlan, R.QueueTable]:
-    """Whether the store's database is the rebuild's (``rebuilt_cq``: the queues as files); the table to
-    write if not."""
-    want = R.expected_table(rebuilt_cq, store.commitlog)
+def plan_rocksdb(store: BrokerStore, config, log_start: int) -> tuple[RocksPlan, R.QueueTable]:
+    """Whether the store's database is the one a dispatch of its log makes under ``config`` (its delay
+    levels, CRC checking and light queues); the table to write if not."""
+    from rocketidx.commitlog.dispatch import delay_levels_ms
+    want = R.dispatched_table(store.commitlog, delays_ms=delay_levels_ms(config.delay_levels),
+                              check_crc=config.check_crc, light_queues=config.light_queues)
     db = store.consumequeue
-    plan = RocksPlan(str(store), 0, "RocksDB", rebuilt=str(rebuilt_cq), entries=want.entry_count)
+    plan = RocksPlan(str(store), 0, "RocksDB", entries=want.entry_count)
     names = _db_files(db)
     if not names:
         plan.actions["write"] = ["<database>"]

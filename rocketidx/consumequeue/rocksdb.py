@@ -1,7 +1,6 @@
 """The RocksDB consume queue: a 5.2+ broker's queues with ``storeType=defaultRocksDB`` (RIP-66).
 
-In: a database directory (``STORE/consumequeue/``, or ``STORE/consumequeue_rocksdb/`` with
-``useSeparateStorePathForRocksdbCQ``), or ConsumeQueue files rebuilt from the log and the log itself. Out: a
+In: a database directory (``STORE/consumequeue/``), or the log itself. Out: a
 :class:`QueueTable`, what a database holds or should hold, and a new database written from one.
 
 The layout (``RocksDBConsumeQueueTable``, ``RocksDBConsumeQueueOffsetTable``; docs/formats.md, "The RocksDB
@@ -16,8 +15,8 @@ consume queue"), all integers big-endian:
 
 Stays true: a ``min`` key is the broker's cache of where a queue starts, written when it is first asked
 (``correctMinCqOffset``) and corrected whenever the log's start passes it; a rebuild writes none and the
-broker computes each again. The entries a queue holds are those its ConsumeQueue files would hold, with the
-record's store time added (the same dispatch: ``CommitLogDispatcherBuildConsumeQueue``).
+broker computes each again. The entries are those the ConsumeQueue files would take, with the record's store
+time added (the same dispatch: ``CommitLogDispatcherBuildConsumeQueue``), each at its record's queue offset.
 
 The database is read and written through ``rocksdict`` (RocksDB's maintained Python binding on PyPI: wheels
 for Linux, macOS and Windows with LZ4 and ZSTD built in, read-only opening, column families, and the
@@ -36,7 +35,6 @@ from pathlib import Path
 import numpy as np
 
 import rocketidx.layout as L
-from rocketidx.commitlog.segments import SEGMENT_NAME
 from rocketidx.errors import StoreLayoutError
 
 CTRL_1 = b"\x01"
@@ -98,6 +96,12 @@ class QueueTable:
     @property
     def entry_count(self) -> int:
         return sum(len(e) for e in self.entries.values())
+
+    def newest_store_time(self) -> int | None:
+        """The store time of the entry at the highest CommitLog offset (the logicsMsgTimestamp a broker that
+        dispatched it would have); None without an entry."""
+        tops = [a[np.argmax(a["phy_offset"])] for a in self.entries.values() if len(a)]
+        return int(max(tops, key=lambda e: e["phy_offset"])["store_ts"]) if tops else None
 
 
 def _rocksdict():
@@ -196,79 +200,42 @@ class RocksQueues:
         return int(a["phy_offset"][i]), int(a["size"][i]), int(a["tags_code"][i])
 
 
-def expected_table(cq_dir: str | os.PathLike, commitlog: str | os.PathLike) -> QueueTable:
-    """The database a broker that dispatched the whole log holds: each entry of the ConsumeQueue files
-    rebuilt from the log (``cq_dir``, one sequence, as the broker writes them) with its record's store time;
-    per queue the ``max`` of its last entry; the checkpoint at the end of the newest entry's record."""
+def dispatched_table(commitlog: str | os.PathLike, *, delays_ms: tuple[int, ...] | None = None,
+                     check_crc: bool = True, light_queues=None) -> QueueTable:
+    """The database a broker that dispatched the whole log holds (``RocksDBConsumeQueueStore.putMessagePosition``):
+    one key per entry the dispatch makes (:func:`rocketidx.commitlog.dispatch.dispatch`, the records that make
+    ConsumeQueue entries and, with ``light_queues``, their light-queue units), at the record's own queue
+    offset, a later put of a key replacing an earlier one; per queue the ``max`` of its newest entry in log
+    order; the checkpoint at the end of the newest entry's record. Unlike a ConsumeQueue file, nothing is
+    placed: a queue offset skipped is a key absent, not a slot shifted."""
+    from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, dispatch
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
     out = QueueTable()
-    phys = []
-    for (topic, qid), units, first in _queue_files(Path(cq_dir)):
-        used = np.flatnonzero((units["size"] != 0) & (units["size"] != L.CQ_BLANK[1]))
-        if not len(used):
+    parts: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)
+    reader = CommitLogReader(list_segments(str(commitlog)), check_crc=check_crc)
+    for seg, buf, recs in reader.record_chunks():
+        d = dispatch(buf, seg, recs, delays_ms or DEFAULT_DELAYS_MS, light_queues)
+        if not len(d):
             continue
-        a = np.zeros(len(used), ENTRY)
-        a["queue_offset"] = first + used
-        for f in ("phy_offset", "size", "tags_code"):
-            a[f] = units[f][used]
-        out.entries[(topic, qid)] = a
-        phys.append(a["phy_offset"])
-    if phys:
-        allp = np.concatenate(phys)
-        uniq, inverse = np.unique(allp, return_inverse=True)
-        times = store_times(commitlog, uniq)[inverse]
-        at = 0
-        for a in out.entries.values():
-            a["store_ts"] = times[at:at + len(a)]
-            at += len(a)
-        out.checkpoint = max(int((a["phy_offset"] + a["size"]).max()) for a in out.entries.values())
-    for q, a in out.entries.items():
+        rows = np.zeros(len(d), ENTRY)
+        rows["queue_offset"], rows["phy_offset"], rows["size"] = d.queue_offset, d.phy_offset, d.size
+        rows["tags_code"] = d.tags_code
+        rows["store_ts"] = recs[np.searchsorted(recs[:, L.REC_POS], d.position), L.REC_STORE_TS]
+        end = int((d.phy_offset.astype(np.int64) + d.size).max())
+        out.checkpoint = end if out.checkpoint is None else max(out.checkpoint, end)
+        key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(key, kind="stable")
+        for idx in np.split(order, np.flatnonzero(np.diff(key[order])) + 1):
+            first = int(idx[0])
+            parts[(d.topics[int(d.topic_index[first])], int(d.queue_id[first]))].append(rows[idx])
+    for q, chunks in parts.items():
+        a = np.concatenate(chunks)
         out.max[q] = (int(a["phy_offset"][-1]), int(a["queue_offset"][-1]))
+        # the last put of each key stays: unique over the reversed rows keeps each offset's last occurrence
+        _, last = np.unique(a["queue_offset"][::-1], return_index=True)
+        out.entries[q] = a[len(a) - 1 - last]
     return out
-
-
-def _queue_files(cq_dir: Path):
-    """Each queue of ``cq_dir`` (``topic/queueId/<20-digit byte offset>``): its key, all its units in one
-    array, and the queue offset of the first."""
-    if not cq_dir.is_dir():
-        return
-    for topic in sorted(os.listdir(cq_dir)):
-        for qid in sorted(os.listdir(cq_dir / topic)) if (cq_dir / topic).is_dir() else ():
-            qdir = cq_dir / topic / qid
-            names = sorted(n for n in os.listdir(qdir) if SEGMENT_NAME.match(n)) if qdir.is_dir() else []
-            if not names or not qid.lstrip("-").isdigit():
-                continue
-            units = np.concatenate([np.fromfile(qdir / n, L.CQ_UNIT) for n in names])
-            yield (topic, int(qid)), units, int(names[0]) // L.CQ_UNIT.itemsize
-
-
-def store_times(commitlog: str | os.PathLike, phy: np.ndarray) -> np.ndarray:
-    """STORETIMESTAMP of the records starting at the (sorted, distinct) CommitLog offsets ``phy``."""
-    from rocketidx.commitlog.segments import list_segments, open_segment
-    out = np.zeros(len(phy), np.int64)
-    segs = list_segments(str(commitlog))
-    bases = np.array([s.base_offset for s in segs], np.int64)
-    which = np.searchsorted(bases, phy, side="right") - 1
-    for i in np.unique(which):
-        rows = np.flatnonzero(which == i)
-        seg = segs[int(i)]
-        buf = open_segment(seg)
-        try:
-            u8 = np.frombuffer(buf, np.uint8, seg.size)
-            pos = phy[rows] - seg.base_offset
-            sysflag = _gather_be(u8, pos + 36, 4)
-            at = pos + 48 + np.where(sysflag & L.SYSFLAG_BORNHOST_V6, 20, 8)
-            out[rows] = _gather_be(u8, at, 8)
-        finally:
-            del u8
-            if hasattr(buf, "close"):
-                buf.close()
-    return out
-
-
-def _gather_be(u8: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The big-endian signed integers of ``width`` bytes at each of ``at``."""
-    idx = at[:, None] + np.arange(width)
-    return u8[idx].copy().view(f">i{width}").reshape(-1).astype(np.int64)
 
 
 def write_table(directory: str | os.PathLike, table: QueueTable, *, compression: str = "lz4",

@@ -175,7 +175,7 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         state["queues_end_from"] = ("the database's CHECKPOINT_TOPIC key (RocksDBConsumeQueueOffsetTable."
                                     "getMaxPhyOffset; 0 without one)")
         from rocketidx.config import rocksdb_light_queues
-        lmq = rocksdb_light_queues(broker or {})  # the database's own rule (dispatchLMQ), enableLmq alone
+        lmq = rocksdb_light_queues(broker or {}, broker_release(broker_version))  # the database's own rule
     check_batch = bool(batch) and builder is None  # batch consume queues are rebuilt in process for now
     for topic in batch if not check_batch else ():
         state["skipped"][f"consumequeue/{topic}"] = ("a BatchCQ topic (config/topics.json): its queues live in "
@@ -216,8 +216,8 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
             cq = VerifyReport()
             cq.add(str(cq_dir), 0, "unreadable", rocks_unreadable)
         elif rocksdb:
-            cq, queue_restart = _rocks_area(cq_dir, rocks, scratch / "build", commitlog, segments,
-                                            model.redispatch_from)
+            cq, queue_restart = _rocks_area(cq_dir, rocks, commitlog, segments, model.redispatch_from, delays_ms,
+                                            check_crc, lmq)
         cq = cq if rocksdb else verify_consumequeues(
             str(cq_dir), str(commitlog), delays_ms=delays_ms, check_crc=check_crc, file_size=cq_file_size,
             rebuild=rebuilt.queues, skip_topics=batch, unexplained=state.setdefault("unexplained_queues", {}),
@@ -258,15 +258,14 @@ def _rocks_end(rocks) -> int:
     return rocks.checkpoint if rocks.checkpoint is not None else 0
 
 
-def _rocks_area(db: Path, rocks, build: Path, commitlog: Path, segments, redispatch_from):
-    """The store's RocksDB consume queue against the one the rebuild's queues make
+def _rocks_area(db: Path, rocks, commitlog: Path, segments, redispatch_from, delays_ms, check_crc: bool, lmq):
+    """The store's RocksDB consume queue against the one a dispatch of the whole log makes
     (:mod:`rocketidx.verify.rocksdb`)."""
-    from rocketidx.consumequeue.rocksdb import expected_table
+    from rocketidx.consumequeue.rocksdb import dispatched_table
     from rocketidx.verify.rocksdb import compare_tables
-    want = expected_table(build / "consumequeue", commitlog)
-    report, rr = compare_tables(str(db), rocks, want, log_start=segments[0].base_offset if segments else 0,
-                                redispatch_from=redispatch_from)
-    return report, rr
+    want = dispatched_table(commitlog, delays_ms=delays_ms, check_crc=check_crc, light_queues=lmq)
+    return compare_tables(str(db), rocks, want, log_start=segments[0].base_offset if segments else 0,
+                          redispatch_from=redispatch_from)
 
 
 def _index_area(files, pre: VerifyReport, rebuilt, model, commitlog: Path, check_crc: bool, index_check

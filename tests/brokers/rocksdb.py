@@ -10,7 +10,7 @@ transactional, retried, batched); a consumer reads every queue. After a clean st
    ``max`` keys and checkpoint must be the broker's own; the broker starts on it and the consumer must read
    every message it read before, at the same queue offsets.
 
-    python -m brokers.rocksdb [--versions 5.3.3 5.5.0] [--messages 600] [--json FILE] [--keep]
+    python -m brokers.rocksdb [--versions 5.3.3 5.5.0] [--messages 600] [--json FILE] [--keep] [--set K=V]
 """
 from __future__ import annotations
 
@@ -80,11 +80,13 @@ def damage(db: Path, kind: str) -> str:
 DAMAGES = {"entry-deleted": "missing-entry", "entry-changed": "wrong-field", "max-wrong": "max-offset"}
 
 
-def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) -> dict:
+def run_version(version: str, root: Path, messages: int = 600, seed: int = 1, settings: dict | None = None) -> dict:
+    """``settings``: broker.conf keys over the scenario's (``--set``: enableLmq and enableMultiDispatch make the
+    workload name light queues, which the database then holds)."""
     root.mkdir(parents=True, exist_ok=True)
-    res: dict = {"version": version, "ok": False}
+    res: dict = {"version": version, "ok": False, "settings": settings or {}}
     cluster = Cluster(version, root)
-    cluster.conf.update(ROCKS_SETTINGS)
+    cluster.conf.update({**ROCKS_SETTINGS, **(settings or {})})
     try:
         cluster.start()
         run_driver(cluster, "send", f"127.0.0.1:{cluster.port}", str(root / "sent.jsonl"), str(messages), str(seed),
@@ -118,6 +120,7 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1) ->
         same = sum(q in ours.entries and len(ours.entries[q]) == len(e) and bool((ours.entries[q] == e).all())
                    for q, e in theirs.entries.items())
         res["rebuilt"] = {"queues_identical": [same, len(set(theirs.entries) | set(ours.entries))],
+                          "light_queues": sum(q[0].startswith("%LMQ%") for q in theirs.entries),
                           "entries": [ours.entry_count, theirs.entry_count], "max_equal": ours.max == theirs.max,
                           "checkpoint": [ours.checkpoint, theirs.checkpoint]}
         cluster.start_broker()
@@ -146,7 +149,8 @@ def line(res: dict) -> str:
     dmg = "; ".join(f"{k} at {v['where']}: {v['reported']}" for k, v in res["damage"].items())
     return (f"{res['version']}: verify on the broker's own store: {'clean' if own['clean'] else own['consumequeue']} "
             f"({own['entries_checked']} entries); damaged copies: {dmg}; after consumequeue/ was deleted, backfill "
-            f"rebuilt {r['entries'][0]} entries ({r['entries'][1]} in the broker's), queues identical "
+            f"rebuilt {r['entries'][0]} entries ({r['entries'][1]} in the broker's; {r['light_queues']} light queues), "
+            f"queues identical "
             f"{r['queues_identical'][0]}/{r['queues_identical'][1]}, max keys {'equal' if r['max_equal'] else 'DIFFER'}, "
             f"checkpoint {r['checkpoint'][0]} vs {r['checkpoint'][1]}; the broker started on it and the consumer "
             f"read {rd['after']} (before: {rd['before']}; missing {rd['missing_after']}); verify after: "
@@ -159,12 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--messages", type=int, default=600)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--keep", action="store_true", help="keep the versions' directories")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a broker.conf setting over the scenario's (repeatable), e.g. enableLmq=true")
     a = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="rocketidx-rocksdb-"))
     results = []
     try:
         for v in a.versions:
-            results.append(run_version(v, work / v, a.messages))
+            results.append(run_version(v, work / v, a.messages, settings=dict(kv.split("=", 1) for kv in a.set)))
             print(line(results[-1]), flush=True)
     finally:
         if a.json:

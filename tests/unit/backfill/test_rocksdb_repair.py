@@ -108,7 +108,7 @@ def test_the_broker_confs_store_type_makes_the_repair_a_rocksdb_one(tmp_path):
 
 def test_a_deleted_database_with_light_queues_is_rebuilt_with_them(tmp_path):
     from rocketidx.config import LightQueues
-    store = store_with_rocksdb_queues(tmp_path, lmq=True)
+    store = store_with_rocksdb_queues(tmp_path, lmq="rocksdb")
     want = R.read_table(store / "consumequeue")
     os.rename(store / "consumequeue", tmp_path / "lost")
     _repair(store, rocksdb_light_queues=LightQueues(True, "rocksdb"))

@@ -132,15 +132,23 @@ def test_query_consumequeue_reads_a_rocksdb_store_as_the_broker_serves_it(store)
     assert query_queue(str(store), "A", 1, 4) is None  # the broker serves up to its max key
 
 
-def test_light_queues_in_a_rocksdb_store_follow_its_own_rule(tmp_path):
-    """enableLmq alone puts a message's INNER_MULTI_DISPATCH names into the database (dispatchLMQ); a %DLQ%
-    record's names are not. Without enableLmq in the broker conf the light queues stay unexplained."""
-    store = store_with_rocksdb_queues(tmp_path, lmq=True)
+@pytest.mark.parametrize("version, rule, units", [("5.5.0", "rocksdb", 11), ("5.3.3", "5.2", 12)])
+def test_light_queues_in_a_rocksdb_store_follow_its_own_rule(tmp_path, version, rule, units):
+    """enableLmq alone puts a message's INNER_MULTI_DISPATCH names into the database (dispatchLMQ, 5.3.2 on); a
+    %DLQ% record's names too before 5.5.0. Without enableLmq in the broker conf they stay unexplained, and so
+    they do before 5.3.2, whose database holds no light queue."""
+    store = store_with_rocksdb_queues(tmp_path, lmq=rule)
     t = R.read_table(store / "consumequeue")
     assert sorted(q for q in t.entries if q[0].startswith("%LMQ%")) == [("%LMQ%x", 0), ("%LMQ%y0", 0),
                                                                         ("%LMQ%y1", 0)]
-    assert len(t.entries[("%LMQ%x", 0)]) == 11  # every fifth record, the %DLQ% one (i == 25) left out
-    report = verify_store(store, broker={"storeType": "defaultRocksDB", "enableLmq": True})
+    assert len(t.entries[("%LMQ%x", 0)]) == units  # every fifth record; the %DLQ% one (i == 25) per the rule
+    conf = {"storeType": "defaultRocksDB", "enableLmq": True}
+    report = verify_store(store, broker=conf, broker_version=version)
     assert report.clean, report.as_dict()["areas"]["consumequeue"]
-    bare = verify_store(store, broker={"storeType": "defaultRocksDB"})
-    assert dict(bare.areas["consumequeue"].counts) == {"unexplained-queue": 22}
+    # Read by the other release's rule, the %DLQ% record's unit is one the database lacks or should not hold.
+    other = verify_store(store, broker=conf, broker_version="5.3.3" if version == "5.5.0" else "5.5.0")
+    assert dict(other.areas["consumequeue"].counts) == ({"missing-entry": 1} if version == "5.5.0"
+                                                       else {"extra-entry": 1})
+    for bare in (verify_store(store, broker={"storeType": "defaultRocksDB"}, broker_version=version),
+                 verify_store(store, broker=conf, broker_version="5.3.1")):
+        assert dict(bare.areas["consumequeue"].counts) == {"unexplained-queue": 11 + units}
