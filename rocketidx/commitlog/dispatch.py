@@ -165,7 +165,7 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     name_index = np.asarray([where[t] for t in new_topics], np.int32)[enc.indices.to_numpy(zero_copy_only=False)]
     lmq = pc.starts_with(unit_names, L.LMQ_PREFIX).to_numpy(zero_copy_only=False) & rules.enable_lmq
     queue_id = np.where(lmq, 0, d.queue_id[record]).astype(np.int32)
-    order = np.argsort(np.concatenate([d.position, d.position[record]]), kind="stable")  # own entry first
+    order = _after_their_records(len(d), record)
     return Dispatched(topics,
                       np.concatenate([d.topic_index, name_index])[order],
                       np.concatenate([d.queue_id, queue_id])[order],
@@ -174,6 +174,22 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
                       np.concatenate([d.size, d.size[record]])[order],
                       np.concatenate([d.tags_code, d.tags_code[record]])[order],
                       np.concatenate([d.position, d.position[record]])[order], left_out)
+
+
+def _after_their_records(n: int, record: np.ndarray) -> np.ndarray:
+    """The order of ``n`` rows followed by units (``record``: each unit's row) that puts each row's units right
+    after it, in their order: a gather index for the concatenation (rows, units). Linear where the units come
+    in row order (the kernel's path): where each lands is counted, not sorted."""
+    by = np.argsort(record, kind="stable") if len(record) and (np.diff(record) < 0).any() else None
+    rec = record if by is None else record[by]
+    counts = np.bincount(rec, minlength=n)
+    before = np.cumsum(counts) - counts  # units of the rows before each row: also where its own start in rec
+    row_at = np.arange(n) + before
+    rank = np.arange(len(rec)) - before[rec]
+    dest = np.empty(n + len(rec), np.int64)
+    dest[row_at] = np.arange(n)
+    dest[row_at[rec] + 1 + rank] = n + (np.arange(len(rec)) if by is None else by)
+    return dest
 
 
 def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array]:

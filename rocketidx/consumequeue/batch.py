@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 import rocketidx.layout as L
-from rocketidx.arrays import gather_ranges
+from rocketidx.arrays import gather_ranges, queue_groups
 from rocketidx.commitlog.dispatch import entry_mask, java_parse_longs, property_strings, tags_codes, topics_of
 from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.segments import Segment
@@ -174,10 +174,7 @@ class BatchQueueWriter:
     def add(self, seg: Segment, d: BatchDispatched) -> None:
         if not len(d.units):
             return
-        key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        cuts = np.flatnonzero(np.diff(key[order])) + 1
-        for idx in np.split(order, cuts):
+        for idx in queue_groups(d.topic_index, d.queue_id):
             first = int(idx[0])
             topic, qid = d.topics[int(d.topic_index[first])], int(d.queue_id[first])
             queue = self.queues.get((topic, qid))

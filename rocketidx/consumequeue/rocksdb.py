@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import rocketidx.layout as L
+from rocketidx.arrays import queue_groups
 from rocketidx.errors import StoreLayoutError
 
 CTRL_1 = b"\x01"
@@ -224,9 +225,7 @@ def dispatched_table(commitlog: str | os.PathLike, *, delays_ms: tuple[int, ...]
         rows["store_ts"] = recs[np.searchsorted(recs[:, L.REC_POS], d.position), L.REC_STORE_TS]
         end = int((d.phy_offset.astype(np.int64) + d.size).max())
         out.checkpoint = end if out.checkpoint is None else max(out.checkpoint, end)
-        key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        for idx in np.split(order, np.flatnonzero(np.diff(key[order])) + 1):
+        for idx in queue_groups(d.topic_index, d.queue_id):
             first = int(idx[0])
             parts[(d.topics[int(d.topic_index[first])], int(d.queue_id[first]))].append(rows[idx])
     for q, chunks in parts.items():

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import rocketidx.layout as L
+from rocketidx.arrays import queue_groups
 from rocketidx.commitlog.dispatch import Dispatched
 from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.placement import UNIT, QueueState, place
@@ -116,10 +117,7 @@ class ConsumeQueueWriter:
             self.dropped[reason] = self.dropped.get(reason, 0) + count
         if not len(d):
             return
-        key = d.topic_index.astype(np.int64) << 32 | (d.queue_id.astype(np.int64) & 0xFFFFFFFF)
-        order = np.argsort(key, kind="stable")
-        cuts = np.flatnonzero(np.diff(key[order])) + 1
-        for idx in np.split(order, cuts):
+        for idx in queue_groups(d.topic_index, d.queue_id):
             first = int(idx[0])
             topic, qid = d.topics[int(d.topic_index[first])], int(d.queue_id[first])
             queue = self.queues.get((topic, qid))
