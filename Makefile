@@ -72,6 +72,8 @@ brokers: $(STAMP)
 	cd tests && ../$(BIN)/python -m brokers.matrix --versions 5.1.4 5.3.3 5.5.0 --batchcq \
 		--json ../bench-data/brokers-matrix-batchcq.json
 	cd tests && ../$(BIN)/python -m brokers.rocksdb --versions 5.3.3 5.5.0 --json ../bench-data/brokers-rocksdb.json
+	cd tests && ../$(BIN)/python -m brokers.rocksdb --versions 5.3.3 5.5.0 --set enableLmq=true \
+		--set enableMultiDispatch=true --json ../bench-data/brokers-rocksdb-lmq.json
 	cd tests && ../$(BIN)/python -m brokers.redispatch --version 5.5.0 --gb 1.0 --small-index --no-tls \
 		--set storeType=defaultRocksDB --verify both --json ../bench-data/brokers-redispatch-rocksdb.json
 	cd tests && ../$(BIN)/python -m brokers.campaign --json ../bench-data/brokers-campaign.json
