@@ -165,31 +165,30 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     name_index = np.asarray([where[t] for t in new_topics], np.int32)[enc.indices.to_numpy(zero_copy_only=False)]
     lmq = pc.starts_with(unit_names, L.LMQ_PREFIX).to_numpy(zero_copy_only=False) & rules.enable_lmq
     queue_id = np.where(lmq, 0, d.queue_id[record]).astype(np.int32)
-    order = _after_their_records(len(d), record)
-    return Dispatched(topics,
-                      np.concatenate([d.topic_index, name_index])[order],
-                      np.concatenate([d.queue_id, queue_id])[order],
-                      np.concatenate([d.queue_offset, parsed[keep_idx]])[order],
-                      np.concatenate([d.phy_offset, d.phy_offset[record]])[order],
-                      np.concatenate([d.size, d.size[record]])[order],
-                      np.concatenate([d.tags_code, d.tags_code[record]])[order],
-                      np.concatenate([d.position, d.position[record]])[order], left_out)
+    row_at, unit_at, unit = _after_their_records(len(d), record)
+
+    def merged(own: np.ndarray, units: np.ndarray) -> np.ndarray:
+        out = np.empty(len(row_at) + len(unit_at), own.dtype)
+        out[row_at], out[unit_at] = own, units[unit]
+        return out
+
+    return Dispatched(topics, merged(d.topic_index, name_index), merged(d.queue_id, queue_id),
+                      merged(d.queue_offset, parsed[keep_idx]), merged(d.phy_offset, d.phy_offset[record]),
+                      merged(d.size, d.size[record]), merged(d.tags_code, d.tags_code[record]),
+                      merged(d.position, d.position[record]), left_out)
 
 
-def _after_their_records(n: int, record: np.ndarray) -> np.ndarray:
-    """The order of ``n`` rows followed by units (``record``: each unit's row) that puts each row's units right
-    after it, in their order: a gather index for the concatenation (rows, units). Linear where the units come
-    in row order (the kernel's path): where each lands is counted, not sorted."""
+def _after_their_records(n: int, record: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where ``n`` rows and their units (``record``: each unit's row) land when each row's units follow it, in
+    their order: (each row's place, each placed unit's place, which unit that is). Linear where the units come
+    in row order (the kernel's path): places are counted, not sorted."""
     by = np.argsort(record, kind="stable") if len(record) and (np.diff(record) < 0).any() else None
     rec = record if by is None else record[by]
     counts = np.bincount(rec, minlength=n)
     before = np.cumsum(counts) - counts  # units of the rows before each row: also where its own start in rec
     row_at = np.arange(n) + before
-    rank = np.arange(len(rec)) - before[rec]
-    dest = np.empty(n + len(rec), np.int64)
-    dest[row_at] = np.arange(n)
-    dest[row_at[rec] + 1 + rank] = n + (np.arange(len(rec)) if by is None else by)
-    return dest
+    unit_at = row_at[rec] + 1 + (np.arange(len(rec)) - before[rec])
+    return row_at, unit_at, (np.arange(len(rec)) if by is None else by)
 
 
 def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array]:
@@ -297,9 +296,12 @@ def topics_of(u8: np.ndarray, recs: np.ndarray) -> tuple[list[str], np.ndarray]:
     key = recs[:, L.REC_TOPIC_KEY]
     if not len(key) or key.min() < 0:
         return _encoded(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    # A group's key is its first record's REC_POS, and the rows are in REC_POS order: the distinct keys find
+    # their rows and every row its group by binary search (np.unique's inverse would argsort the keys).
+    groups = np.unique(key)
+    first = np.searchsorted(recs[:, L.REC_POS], groups)
     topics, index = _encoded(u8, recs[first], L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
-    return topics, index[inverse.reshape(-1)]
+    return topics, index[np.searchsorted(groups, key)]
 
 
 def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tuple[list[str], np.ndarray]:
