@@ -30,7 +30,7 @@ enum {
     REC_PROPS_POS, REC_PROPS_LEN, REC_KEYS_POS, REC_KEYS_LEN, REC_UNIQ_POS, REC_UNIQ_LEN, REC_TAGS_POS,
     REC_TAGS_LEN, REC_PHY, REC_STORE_TS, REC_QUEUE_ID, REC_QUEUE_OFFSET, REC_TAGS_CODE, REC_TOPIC_KEY,
     REC_MULTI_DISPATCH, REC_MULTI_NAMES_POS, REC_MULTI_NAMES_LEN, REC_MULTI_OFFSETS_POS, REC_MULTI_OFFSETS_LEN,
-    REC_COLS
+    REC_INNER_NUM_POS, REC_INNER_NUM_LEN, REC_INNER_BASE_POS, REC_INNER_BASE_LEN, REC_COLS
 };
 #define TAGS_CODE_UNKNOWN ((int64_t)1 << 40)
 
@@ -241,6 +241,14 @@ static int check_record(const unsigned char *b, Py_ssize_t seg_size, Py_ssize_t 
         if (vp >= 0) { row[REC_MULTI_NAMES_POS] = p + props_pos + vp; row[REC_MULTI_NAMES_LEN] = vl; }
         find_property(r + props_pos, props_len, "INNER_MULTI_QUEUE_OFFSET", 24, &vp, &vl);
         if (vp >= 0) { row[REC_MULTI_OFFSETS_POS] = p + props_pos + vp; row[REC_MULTI_OFFSETS_LEN] = vl; }
+    }
+    /* A batch's inner messages (BatchCQ units take their size and base): both values, where the first is. */
+    row[REC_INNER_NUM_POS] = row[REC_INNER_NUM_LEN] = row[REC_INNER_BASE_POS] = row[REC_INNER_BASE_LEN] = -1;
+    if (props_len >= 10 && memmem(r + props_pos, (size_t)props_len, "INNER_NUM\x01", 10) != NULL) {
+        find_property(r + props_pos, props_len, "INNER_NUM", 9, &vp, &vl);
+        if (vp >= 0) { row[REC_INNER_NUM_POS] = p + props_pos + vp; row[REC_INNER_NUM_LEN] = vl; }
+        find_property(r + props_pos, props_len, "INNER_BASE", 10, &vp, &vl);
+        if (vp >= 0) { row[REC_INNER_BASE_POS] = p + props_pos + vp; row[REC_INNER_BASE_LEN] = vl; }
     }
     if (needs_java_check(r, topic_pos, topic_len, props_pos, props_len)) return STOP_JAVA_CHECK;
     return 0;

@@ -157,7 +157,13 @@ REC_MULTI_NAMES_POS: Final = 23
 REC_MULTI_NAMES_LEN: Final = 24
 REC_MULTI_OFFSETS_POS: Final = 25
 REC_MULTI_OFFSETS_LEN: Final = 26
-REC_COLS: Final = 27
+# Where the properties hold "INNER_NUM\x01" (a batch's inner messages): the INNER_NUM and INNER_BASE values
+# (segment offset and length; -1, -1 where absent or not looked for), for the batch consume queues' units.
+REC_INNER_NUM_POS: Final = 27
+REC_INNER_NUM_LEN: Final = 28
+REC_INNER_BASE_POS: Final = 29
+REC_INNER_BASE_LEN: Final = 30
+REC_COLS: Final = 31
 TAGS_CODE_UNKNOWN: Final = 1 << 40  # outside int32: bytes that are not valid UTF-8, or not computed
 
 # --- IndexFile ----------------------------------------------------------------------------------

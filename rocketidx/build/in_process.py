@@ -28,7 +28,7 @@ from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log
 from rocketidx.build.summary import BuildSummary
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
-from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch, topics_of
 from rocketidx.consumequeue.batch import BATCH_DIR, BatchQueueWriter, dispatch_batch
 from rocketidx.commitlog.native import reader_name
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count
@@ -150,10 +150,11 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
         summary.messages += len(recs)
         if summary.phy_mismatch is None:
             summary.phy_mismatch = first_misplaced(seg, recs)
+        named = topics_of(np.frombuffer(buf, np.uint8, seg.size), recs) if batches is not None else None
         if queues is not None:
-            queues.add(seg, dispatch(buf, seg, recs, delays, config.light_queues, batch_topics))
-        if batches is not None:
-            batches.add(seg, dispatch_batch(buf, seg, recs, batch_topics))
+            queues.add(seg, dispatch(buf, seg, recs, delays, config.light_queues, batch_topics, named))
+        if batches is not None:  # the same records' topics, found once for both
+            batches.add(seg, dispatch_batch(buf, seg, recs, batch_topics, named))
         summary.rollback_skipped += rollback_count(recs)
         if entries is not None:
             positions = entry_positions(buf, seg, recs, entries)

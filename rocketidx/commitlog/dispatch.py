@@ -94,13 +94,15 @@ def tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
 
 
 def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = DEFAULT_DELAYS_MS,
-             light_queues: LightQueues | None = None, batch_topics: frozenset[str] = frozenset()) -> Dispatched:
+             light_queues: LightQueues | None = None, batch_topics: frozenset[str] = frozenset(),
+             topics: tuple[list[str], np.ndarray] | None = None) -> Dispatched:
     """The entries ``recs`` dispatch to ConsumeQueues (see the module docstring); with ``light_queues``, each
     record's light-queue units follow its own entry (:func:`_with_light_queues`); the records of
-    ``batch_topics`` (BatchCQ) make none here (:func:`rocketidx.consumequeue.batch.dispatch_batch`)."""
+    ``batch_topics`` (BatchCQ) make none here (:func:`rocketidx.consumequeue.batch.dispatch_batch`).
+    ``topics``: :func:`topics_of` of the same records, where the caller has it already."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
     keep = entry_mask(recs)
-    topics, topic_index = topics_of(u8, recs)
+    topics, topic_index = topics if topics is not None else topics_of(u8, recs)
     if batch_topics and batch_topics.intersection(topics):
         keep &= ~np.asarray([t in batch_topics for t in topics], bool)[topic_index]
     if not keep.all():  # one copy of the rows kept (most are: transaction halves and batch topics are few)

@@ -57,11 +57,12 @@ class BatchDispatched(NamedTuple):
     position: np.ndarray  # int64, the record's segment offset (for errors)
 
 
-def dispatch_batch(buf, seg: Segment, recs: np.ndarray, batch_topics: frozenset[str]) -> BatchDispatched:
+def dispatch_batch(buf, seg: Segment, recs: np.ndarray, batch_topics: frozenset[str],
+                   topics: tuple[list[str], np.ndarray] | None = None) -> BatchDispatched:
     """The units ``recs`` dispatch to batch consume queues: those of the records of ``batch_topics`` that make
-    an entry (NOT_TYPE or COMMIT)."""
+    an entry (NOT_TYPE or COMMIT). ``topics``: :func:`topics_of` of the same records, where the caller has it."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
-    topics, topic_index = topics_of(u8, recs)
+    topics, topic_index = topics if topics is not None else topics_of(u8, recs)
     rows = np.flatnonzero(np.asarray([t in batch_topics for t in topics], bool)[topic_index] & entry_mask(recs)) \
         if len(recs) else np.zeros(0, np.int64)
     sub = recs[rows]
@@ -83,10 +84,18 @@ def _inner_batches(u8: np.ndarray, sub: np.ndarray, units: np.ndarray) -> None:
     """``setBatchSizeIfNeeded``: with both INNER_NUM and INNER_BASE, base = Long.parseLong(INNER_BASE) and
     batch size = Short.parseShort(INNER_NUM). The record check has already stopped reading before a record
     whose values those parses reject (rocketidx.commitlog.javaparse), as the broker's check does."""
-    data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
-    found = property_ranges(data, offs, [L.PROPERTY_INNER_NUM, L.PROPERTY_INNER_BASE])
-    has_num, num_at, num_len = found[L.PROPERTY_INNER_NUM]
-    has_base, base_at, base_len = found[L.PROPERTY_INNER_BASE]
+    # The kernel found both values while each record was in cache; the numpy path (MULTI_DISPATCH -1) did not.
+    known = sub[:, L.REC_MULTI_DISPATCH] >= 0
+    if known.all():
+        data = u8
+        num_at, num_len = sub[:, L.REC_INNER_NUM_POS], sub[:, L.REC_INNER_NUM_LEN]
+        base_at, base_len = sub[:, L.REC_INNER_BASE_POS], sub[:, L.REC_INNER_BASE_LEN]
+        has_num, has_base = num_at >= 0, base_at >= 0
+    else:
+        data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
+        found = property_ranges(data, offs, [L.PROPERTY_INNER_NUM, L.PROPERTY_INNER_BASE])
+        has_num, num_at, num_len = found[L.PROPERTY_INNER_NUM]
+        has_base, base_at, base_len = found[L.PROPERTY_INNER_BASE]
     both = np.flatnonzero(has_num & has_base)
     if not len(both):
         return
