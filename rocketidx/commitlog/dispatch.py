@@ -84,12 +84,13 @@ def entry_mask(recs: np.ndarray) -> np.ndarray:
     return (tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)
 
 
-def tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
-    """Each record's tagsCode before any delay: the kernel's where it settled it, else computed here."""
-    tags_code = recs[:, L.REC_TAGS_CODE].copy()
+def tags_codes(u8: np.ndarray, recs: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+    """Each record's tagsCode before any delay (of the rows ``at``; None: all): the kernel's where it settled
+    it, else computed here."""
+    tags_code = recs[:, L.REC_TAGS_CODE].copy() if at is None else recs[at, L.REC_TAGS_CODE]
     unknown = np.flatnonzero(tags_code == L.TAGS_CODE_UNKNOWN)
     if len(unknown):
-        tags_code[unknown] = _tags_codes(u8, recs[unknown])
+        tags_code[unknown] = _tags_codes(u8, recs[unknown if at is None else at[unknown]])
     return tags_code
 
 
@@ -105,21 +106,28 @@ def dispatch(buf, seg: Segment, recs: np.ndarray, delays_ms: tuple[int, ...] = D
     topics, topic_index = topics if topics is not None else topics_of(u8, recs)
     if batch_topics and batch_topics.intersection(topics):
         keep &= ~np.asarray([t in batch_topics for t in topics], bool)[topic_index]
-    if not keep.all():  # one copy of the rows kept (most are: transaction halves and batch topics are few)
-        recs, topic_index = recs[keep], topic_index[keep]
-    P = recs[:, L.REC_POS]
-    tags_code = tags_codes(u8, recs)
-    store_ts = recs[:, L.REC_STORE_TS]
+    # ``at``: the records array's row of each entry (None: every row makes one). The columns an entry needs are
+    # gathered one by one: a copy of the kept rows would carry every column of the records array.
+    at = None if keep.all() else np.flatnonzero(keep)
+    if at is not None:
+        topic_index = topic_index[at]
+
+    def col(c: int) -> np.ndarray:
+        return recs[:, c] if at is None else recs[at, c]
+
+    tags_code = tags_codes(u8, recs, at)
+    store_ts = col(L.REC_STORE_TS)
     if L.SCHEDULE_TOPIC in topics:
         scheduled = topic_index == topics.index(L.SCHEDULE_TOPIC)
-        tags_code = _delayed(seg, u8, recs, scheduled, store_ts, tags_code, delays_ms)
-    out = Dispatched(topics, topic_index, recs[:, L.REC_QUEUE_ID].astype(np.int32), recs[:, L.REC_QUEUE_OFFSET],
-                     recs[:, L.REC_PHY].astype(np.int64), recs[:, L.REC_TOTAL].astype(np.int32), tags_code,
-                     P.astype(np.int64))
-    return out if light_queues is None else _with_light_queues(u8, recs, out, light_queues)
+        tags_code = _delayed(seg, u8, recs, at, scheduled, store_ts, tags_code, delays_ms)
+    out = Dispatched(topics, topic_index, col(L.REC_QUEUE_ID).astype(np.int32), col(L.REC_QUEUE_OFFSET),
+                     col(L.REC_PHY).astype(np.int64), col(L.REC_TOTAL).astype(np.int32), tags_code,
+                     col(L.REC_POS).astype(np.int64))
+    return out if light_queues is None else _with_light_queues(u8, recs, at, out, light_queues)
 
 
-def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: LightQueues) -> Dispatched:
+def _with_light_queues(u8: np.ndarray, recs: np.ndarray, at: np.ndarray | None, d: Dispatched,
+                       rules: LightQueues) -> Dispatched:
     """``d`` with the light-queue units of its records (``multiDispatchLmqQueue``), each right after its
     record's own entry, in the names' order, so every queue sees its units in CommitLog order.
 
@@ -134,10 +142,12 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, d: Dispatched, rules: L
     d = _left(d, (("light_queue_name_holds_separator", 0), ("light_queue_offset_not_a_long", 0)))
     wanted = np.asarray([rules.dispatches(t) for t in d.topics], bool)
     rows = np.flatnonzero(wanted[d.topic_index]) if len(d) else np.zeros(0, np.int64)
-    rows = rows[_may_name_light_queues(u8, recs[rows])]
+    rr = rows if at is None else at[rows]  # the same rows of the records array
+    may = _may_name_light_queues(u8, recs, rr)
+    rows, rr = rows[may], rr[may]
     if not len(rows):
         return d
-    with_rows, names, offsets = _light_lists(u8, recs, rows)
+    with_rows, names, offsets = _light_lists(u8, recs, rows, rr)
     if not len(with_rows):
         return d
     names, offsets = _java_split(names), _java_split(offsets)
@@ -193,18 +203,21 @@ def _after_their_records(n: int, record: np.ndarray) -> tuple[np.ndarray, np.nda
     return row_at, unit_at, (np.arange(len(rec)) if by is None else by)
 
 
-def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, pa.Array, pa.Array]:
-    """The rows of ``rows`` whose properties hold both light-queue lists, and the two lists' values as Java
-    strings. The kernel found the values while each record was in cache (``REC_MULTI_NAMES_POS`` ...); rows it
-    was not asked about (the numpy path) have their properties gathered and parsed here, with the same rule."""
-    known = recs[rows, L.REC_MULTI_DISPATCH] == 1
-    k = rows[known]
-    k = k[(recs[k, L.REC_MULTI_NAMES_POS] >= 0) & (recs[k, L.REC_MULTI_OFFSETS_POS] >= 0)]
-    parts = [(k, property_strings(u8, recs[k, L.REC_MULTI_NAMES_POS], recs[k, L.REC_MULTI_NAMES_LEN]),
-              property_strings(u8, recs[k, L.REC_MULTI_OFFSETS_POS], recs[k, L.REC_MULTI_OFFSETS_LEN]))]
+def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray, rr: np.ndarray
+                 ) -> tuple[np.ndarray, pa.Array, pa.Array]:
+    """The rows of ``rows`` (``rr``: the same in the records array) whose properties hold both light-queue
+    lists, and the two lists' values as Java strings. The kernel found the values while each record was in
+    cache (``REC_MULTI_NAMES_POS`` ...); rows it was not asked about (the numpy path) have their properties
+    gathered and parsed here, with the same rule."""
+    known = recs[rr, L.REC_MULTI_DISPATCH] == 1
+    k, kr = rows[known], rr[known]
+    both = (recs[kr, L.REC_MULTI_NAMES_POS] >= 0) & (recs[kr, L.REC_MULTI_OFFSETS_POS] >= 0)
+    k, kr = k[both], kr[both]
+    parts = [(k, property_strings(u8, recs[kr, L.REC_MULTI_NAMES_POS], recs[kr, L.REC_MULTI_NAMES_LEN]),
+              property_strings(u8, recs[kr, L.REC_MULTI_OFFSETS_POS], recs[kr, L.REC_MULTI_OFFSETS_LEN]))]
     rest = rows[~known]
     if len(rest):
-        sub = recs[rest]
+        sub = recs[rr[~known]]
         data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
         found = property_ranges(data, offs, [L.PROPERTY_INNER_MULTI_DISPATCH, L.PROPERTY_INNER_MULTI_QUEUE_OFFSET])
         has_names, n_start, n_len = found[L.PROPERTY_INNER_MULTI_DISPATCH]
@@ -221,18 +234,18 @@ def _light_lists(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray) -> tuple[np
 _NAMES_PROPERTY = re.compile(re.escape(f"{L.PROPERTY_INNER_MULTI_DISPATCH}\x01".encode()))
 
 
-def _may_name_light_queues(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:
+def _may_name_light_queues(u8: np.ndarray, recs: np.ndarray, rr: np.ndarray) -> np.ndarray:
     """Which records' properties hold ``INNER_MULTI_DISPATCH\x01`` (a superset of those that name light
     queues: :func:`property_ranges` then parses only these). The kernel says it of each record while the
     record is in cache (``REC_MULTI_DISPATCH``); where it was not asked (the numpy path: -1) one C-level search
     of those records' properties decides, without gathering them."""
-    flag = recs[:, L.REC_MULTI_DISPATCH]
+    flag = recs[rr, L.REC_MULTI_DISPATCH]
     out = flag == 1
     unknown = np.flatnonzero(flag < 0)
     if not len(unknown):
         return out
-    start = recs[unknown, L.REC_PROPS_POS].astype(np.int64)
-    end = start + np.maximum(recs[unknown, L.REC_PROPS_LEN], 0).astype(np.int64)
+    start = recs[rr[unknown], L.REC_PROPS_POS].astype(np.int64)
+    end = start + np.maximum(recs[rr[unknown], L.REC_PROPS_LEN], 0).astype(np.int64)
     order = np.argsort(start, kind="stable")
     hits = np.fromiter((m.start() for m in _NAMES_PROPERTY.finditer(memoryview(u8), int(start.min()),
                                                                      int(end.max()))), np.int64)
@@ -321,11 +334,12 @@ def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tu
     return values, index
 
 
-def _delayed(seg: Segment, u8: np.ndarray, recs: np.ndarray, scheduled: np.ndarray, store_ts: np.ndarray,
-             tags_code: np.ndarray, delays_ms: tuple[int, ...]) -> np.ndarray:
-    """tagsCode of the schedule topic's records: storeTimestamp + the delay of their DELAY level (> 0)."""
+def _delayed(seg: Segment, u8: np.ndarray, recs: np.ndarray, at: np.ndarray | None, scheduled: np.ndarray,
+             store_ts: np.ndarray, tags_code: np.ndarray, delays_ms: tuple[int, ...]) -> np.ndarray:
+    """tagsCode of the schedule topic's records (``scheduled``, over the entries; ``at``: their rows in
+    ``recs``, None: the same): storeTimestamp + the delay of their DELAY level (> 0)."""
     rows = np.flatnonzero(scheduled)
-    sub = recs[rows]
+    sub = recs[rows if at is None else at[rows]]
     data, offs = gather_ranges(u8, sub[:, L.REC_PROPS_POS], np.maximum(sub[:, L.REC_PROPS_LEN], 0))
     found, start, length = property_ranges(data, offs, [L.PROPERTY_DELAY])[L.PROPERTY_DELAY]
     out = tags_code.copy()
