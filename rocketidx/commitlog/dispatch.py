@@ -267,9 +267,16 @@ def property_strings(data: np.ndarray, start: np.ndarray, length: np.ndarray) ->
     return decode_java_utf8(binary_array(d, o))
 
 
+# A trailing comma, or a value that may be blank (empty, or not starting with an ASCII letter, digit or '%':
+# a superset of the blank ones, however wide whitespace is): what a plain split could get wrong.
+_SPLIT_SPECIAL = r",$|^$|^[^0-9A-Za-z%]"
+
+
 def _java_split(values: pa.Array) -> pa.ListArray:
     """Java ``value.split(",")`` of each string: trailing empty items dropped (",," splits to no item), a blank
     value (``StringUtils.isBlank``: empty or whitespace) to no item, as it dispatches nothing."""
+    if not len(values) or not pc.any(pc.match_substring_regex(values, _SPLIT_SPECIAL)).as_py():
+        return pc.split_pattern(values, pattern=",")  # no trailing comma, no blank value: a plain split
     trimmed = pc.utf8_rtrim(values, characters=",")
     blank = pc.or_(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(values)), 0), pc.equal(pc.utf8_length(trimmed), 0))
     split = pc.split_pattern(trimmed, pattern=",")
@@ -277,11 +284,14 @@ def _java_split(values: pa.Array) -> pa.ListArray:
     return pc.if_else(blank, empty, split)
 
 
+_PLAIN_LONG = r"^-?[0-9]{1,18}$"  # what Long.parseLong surely takes, and Arrow's cast the same way
 _JAVA_LONG = r"^[+-]?[0-9]+$"  # Long.parseLong's form (ASCII digits: the broker wrote these with Long.toString)
 
 
 def java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws)."""
+    if pc.all(pc.match_substring_regex(values, _PLAIN_LONG)).as_py() is not False:  # the common case: one cast
+        return pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False), np.zeros(len(values), bool)
     throws = ~pc.match_substring_regex(values, _JAVA_LONG).to_numpy(zero_copy_only=False)
     out = np.zeros(len(values), np.int64)
     digits = pc.utf8_ltrim(values, characters="+")
@@ -311,12 +321,17 @@ def topics_of(u8: np.ndarray, recs: np.ndarray) -> tuple[list[str], np.ndarray]:
     key = recs[:, L.REC_TOPIC_KEY]
     if not len(key) or key.min() < 0:
         return _encoded(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
-    # A group's key is its first record's REC_POS, and the rows are in REC_POS order: the distinct keys find
-    # their rows and every row its group by binary search (np.unique's inverse would argsort the keys).
-    groups = np.unique(key)
-    first = np.searchsorted(recs[:, L.REC_POS], groups)
+    # A group's key is its first record's REC_POS: those rows are the groups, in REC_POS order, and every row
+    # finds its group by binary search (no sort). A key naming a record outside these rows (not one batch of
+    # the kernel's) falls back to decoding every topic.
+    pos = recs[:, L.REC_POS]
+    first = np.flatnonzero(key == pos)
+    groups = pos[first]
+    inverse = np.searchsorted(groups, key)
+    if not len(groups) or inverse.max() >= len(groups) or (groups[inverse] != key).any():
+        return _encoded(u8, recs, L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
     topics, index = _encoded(u8, recs[first], L.REC_TOPIC_POS, L.REC_TOPIC_LEN)
-    return topics, index[np.searchsorted(groups, key)]
+    return topics, index[inverse]
 
 
 def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tuple[list[str], np.ndarray]:

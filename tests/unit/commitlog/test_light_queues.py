@@ -94,8 +94,9 @@ def dispatched(tmp_path, records: list[Rec], rules: LightQueues | None, native: 
     return got, seg.offsets, main_tags
 
 
-NAMES = ["%LMQ%a", "%LMQ%b", "%LMQ%c", "plain", "%LMQ%x/y", "", " ", "%LMQ%ü"]
-OFFSETS = ["0", "5", "17", "-1", "+7", "x", "", " 3", "9223372036854775807", "9223372036854775808"]
+NAMES = ["%LMQ%a", "%LMQ%b", "%LMQ%c", "plain", "%LMQ%x/y", "", " ", "\u2003", "%LMQ%ü"]
+# "0x1": Arrow's string cast would take it, Long.parseLong throws (the parse's fast path must not take it)
+OFFSETS = ["0", "5", "17", "-1", "+7", "x", "", " 3", "0x1", "\u2003", "9223372036854775807", "9223372036854775808"]
 TOPICS = ["T", "%RETRY%g", "%DLQ%g", "rmq_sys_wheel_timer", "rmq_sys_other", "SCHEDULE_TOPIC_XXXX",
           "RMQ_SYS_TRANS_HALF_TOPIC"]
 
