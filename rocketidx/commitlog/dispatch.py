@@ -78,9 +78,9 @@ class Dispatched(NamedTuple):
         return len(self.queue_id)
 
 
-def entry_mask(recs: np.ndarray) -> np.ndarray:
-    """Which records make an entry: transaction types NOT_TYPE (0) and COMMIT (8)."""
-    tx = recs[:, L.REC_SYSFLAG] & L.SYSFLAG_TX_MASK
+def entry_mask(recs: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Which records (of ``rows``; None: all) make an entry: transaction types NOT_TYPE (0) and COMMIT (8)."""
+    tx = (recs[:, L.REC_SYSFLAG] if rows is None else recs[rows, L.REC_SYSFLAG]) & L.SYSFLAG_TX_MASK
     return (tx == 0) | (tx == L.SYSFLAG_TX_COMMIT)
 
 

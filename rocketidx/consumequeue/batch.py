@@ -63,8 +63,9 @@ def dispatch_batch(buf, seg: Segment, recs: np.ndarray, batch_topics: frozenset[
     an entry (NOT_TYPE or COMMIT). ``topics``: :func:`topics_of` of the same records, where the caller has it."""
     u8 = np.frombuffer(buf, np.uint8, seg.size)
     topics, topic_index = topics if topics is not None else topics_of(u8, recs)
-    rows = np.flatnonzero(np.asarray([t in batch_topics for t in topics], bool)[topic_index] & entry_mask(recs)) \
+    rows = np.flatnonzero(np.asarray([t in batch_topics for t in topics], bool)[topic_index]) \
         if len(recs) else np.zeros(0, np.int64)
+    rows = rows[entry_mask(recs, rows)]
     sub = recs[rows]
     units = np.zeros(len(rows), BATCH_UNIT)
     units["phy_offset"] = sub[:, L.REC_PHY]
