@@ -116,6 +116,22 @@ def queues_end(directory: str) -> int:
     return best
 
 
+def batch_queues_end(directory: Path, topics) -> int:
+    """The batch consume queues' part of D: each ``topics`` queue's ``getMaxPhysicOffset``, which for a batch
+    consume queue is the physical offset of its last valid unit, where it starts, not where it ends
+    (``BatchConsumeQueue.recover`` walks its last three files); -1 without a unit."""
+    best = -1
+    for topic in topics:
+        for qdir in sorted((directory / topic).iterdir()) if (directory / topic).is_dir() else ():
+            names = sorted(n for n in os.listdir(qdir) if n.isdigit()) if qdir.is_dir() else []
+            for name in names[-3:]:
+                units = np.fromfile(qdir / name, np.dtype([("phy", ">i8"), ("size", ">i4"), ("rest", "V34")]))
+                valid = units[(units["phy"] >= 0) & (units["size"] > 0)]
+                if len(valid):
+                    best = max(best, int(valid["phy"].max()))
+    return best
+
+
 def queues_max_offset(directory: str) -> int | None:
     """The highest CommitLog offset any queue's newest file references: where the newest entry's message
     starts (a repair sets logicsMsgTimestamp from its store time). None without an entry."""
@@ -195,8 +211,10 @@ def verify_store(store: str | os.PathLike, *, hash_slot_num: int | None = None, 
         rebuilt = _rebuild(commitlog, scratch / "build", sizes, file_size, delays_ms, check_crc, builder, lmq,
                            batch=(tuple(batch), batch_size) if check_batch else None)
         model = restart.restart_model(
-            abort=abort, version=version, switches=switches, queues_end=queues_end(str(cq_dir)) if files_cq
-            else (_rocks_end(rocks) if rocksdb else -1), segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
+            abort=abort, version=version, switches=switches,
+            queues_end=max(queues_end(str(cq_dir)) if files_cq else (_rocks_end(rocks) if rocksdb else -1),
+                           batch_queues_end(store.root / L.BATCH_CQ_DIR, batch) if check_batch else -1),
+            segments=segments, log_end=rebuilt.log_end, checkpoint=checkpoint, index_files=files,
             first_store_time=lambda seg: _first_store_time(seg, check_crc))
         state["restart_model"] = model.as_dict()
         state["recovery_start"] = {"offset": model.redispatch_from, "how": model.how}

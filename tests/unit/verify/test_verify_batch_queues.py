@@ -31,3 +31,18 @@ def test_a_stores_batch_queues_are_checked_and_damage_named(tmp_path, capsys):
     assert {(p["file"].rsplit("/", 1)[1], p["offset"], p["kind"]) for p in area["problems"]} == {
         (files[1].name, 46 * 4, "unit"), (files[2].name, 0, "missing-file")}
     assert "consumequeue/B" not in json.dumps(verify(store, capsys)["state"]["skipped"])
+
+
+def test_the_restart_starts_past_the_batch_queues_last_unit(tmp_path, capsys):
+    """D takes in the batch consume queues too (ConsumeQueueStore.getMaxPhyOffsetInConsumeQueue), and a batch
+    queue's part is its last unit's offset, where that record starts: with consumequeue/ gone, D is there."""
+    import shutil
+
+    import numpy as np
+    store = store_with_batch_queues(tmp_path)
+    last = sorted((store / L.BATCH_CQ_DIR / "B" / "0").iterdir())[-1]
+    units = np.frombuffer(last.read_bytes(), np.dtype([("phy", ">i8"), ("size", ">i4"), ("rest", "V34")]))
+    top = int(units["phy"][units["size"] > 0].max())
+    assert verify(store, capsys)["state"]["restart_model"]["dispatch_from_phy_offset"] >= top
+    shutil.rmtree(store / "consumequeue")
+    assert verify(store, capsys)["state"]["restart_model"]["dispatch_from_phy_offset"] == top
