@@ -164,8 +164,9 @@ def _repair_rocksdb(store: BrokerStore, out: Path, config: BuildConfig, dry_run:
         logics = table.newest_store_time() if (store / "checkpoint").exists() else None
         backup = install_rocksdb(store, table, out / "rocksdb", plan, stamp, logics, *compression)
         repair.backup_dir = str(backup)
-        log(f"consumequeue: a new RocksDB database of {table.entry_count:,} entries installed; the one it "
-            f"replaced is in {backup}")
+        log(f"consumequeue: a new RocksDB database of {table.entry_count:,} entries installed; "
+            + (f"the one it replaced is in {backup}" if plan.actions["replace"] else
+               f"the store had none (journal in {backup})"))
     return repair
 
 

@@ -192,13 +192,8 @@ def queue_store_kind(store: Path) -> str:
     """``rocksdb`` when ``consumequeue/`` holds a RocksDB database (a 5.x broker with
     ``storeType=defaultRocksDB`` keeps its queues there: a ``CURRENT`` file and ``*.sst`` files directly
     inside), ``files`` otherwise (ConsumeQueue files, or no directory)."""
-    cq = store / "consumequeue"
-    if not cq.is_dir():
-        return "files"
-    names = os.listdir(cq)
-    if "CURRENT" in names and (any(n.endswith(".sst") for n in names) or any(n.startswith("MANIFEST-") for n in names)):
-        return "rocksdb"
-    return "files"
+    from rocketidx.consumequeue.rocksdb import is_rocksdb
+    return "rocksdb" if is_rocksdb(store / "consumequeue") else "files"
 
 
 def batch_topics(store: Path) -> set[str]:

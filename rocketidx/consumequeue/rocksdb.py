@@ -128,7 +128,8 @@ def read_table(directory: str | os.PathLike) -> QueueTable:
     taken: RocksDB's read-only mode). A key or value of another shape is kept in ``malformed``, named."""
     rd = _rocksdict()
     with tempfile.TemporaryDirectory(prefix="rocketidx-rocksdb-") as shadow:
-        return _read_table(rd, _shadow(Path(directory), Path(shadow)), str(directory))
+        # absolute: the links are made in another directory, and a relative target would resolve from there
+        return _read_table(rd, _shadow(Path(directory).resolve(), Path(shadow)), str(directory))
 
 
 _DATA_FILE = re.compile(r"^(CURRENT|IDENTITY|MANIFEST-\d+|OPTIONS-\d+|\d+\.(sst|log|blob))$")

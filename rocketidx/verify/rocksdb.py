@@ -45,20 +45,17 @@ class RocksRestart:
     lost: int = 0
 
 
-def compare_tables(db: str, have: QueueTable, want: QueueTable, *, log_start: int, redispatch_from: int | None,
-                   skip=lambda topic: False) -> tuple[VerifyReport, RocksRestart]:
+def compare_tables(db: str, have: QueueTable, want: QueueTable, *, log_start: int, redispatch_from: int | None
+                   ) -> tuple[VerifyReport, RocksRestart]:
     """``have`` against ``want`` (see the module docstring). ``redispatch_from``: the first record the restart
     dispatches again (the restart model's, from the database's checkpoint; None: none), whose entries are
-    state, not problems; ``skip(topic)``: queues left out of both sides (light queues whose rules rocketidx
-    does not rebuild here), counted by the caller."""
+    state, not problems."""
     report = VerifyReport()
     start = redispatch_from if redispatch_from is not None else 2**63 - 1
     restart = RocksRestart(start)
     fields = ("phy_offset", "size", "tags_code", "store_ts")
     for key in sorted(set(have.entries) | set(want.entries) | set(have.max) | set(want.max)):
         topic, qid = key
-        if skip(topic):
-            continue
         name = f"{db}#{topic}/{qid}"
         a = have.entries.get(key)
         b = want.entries.get(key)

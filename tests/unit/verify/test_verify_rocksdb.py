@@ -152,3 +152,16 @@ def test_light_queues_in_a_rocksdb_store_follow_its_own_rule(tmp_path, version, 
     for bare in (verify_store(store, broker={"storeType": "defaultRocksDB"}, broker_version=version),
                  verify_store(store, broker=conf, broker_version="5.3.1")):
         assert dict(bare.areas["consumequeue"].counts) == {"unexplained-queue": 11 + units}
+
+
+def test_a_relative_path_reads_the_same_database(store, monkeypatch):
+    monkeypatch.chdir(store)
+    assert R.read_table("consumequeue").entry_count == 59
+
+
+def test_a_key_of_another_shape_is_named_and_the_rest_checked(store, tmp_path):
+    change(store / "consumequeue", "default", b"\x00\x00\x00\x05junk", b"\x01" * 28)
+    change(store / "consumequeue", "offset", R.offset_key(b"A", 0, "max") + b"x", b"\x00" * 16)
+    cq = _verify(store, tmp_path).areas["consumequeue"]
+    assert dict(cq.counts) == {"malformed-key": 2} and cq.entries_checked == 59
+    assert sorted(p.file.rsplit("#", 1)[1] for p in cq.problems) == ["default", "offset"]
