@@ -1,5 +1,5 @@
 /*
- * rocketidx._native: the two per-record loops of the core, compiled.
+ * rocketidx._native: the per-record loops of the core, compiled.
  *
  * Why this exists: pass 1 of the reader (follow TOTALSIZE from record to record) and the body CRC
  * are inherently one step per record; in Python they cost about 3 us a record, 10x the yardstick
@@ -17,11 +17,15 @@
  * valid UTF-8 gets slow=1 and is re-hashed in Python (Java's U+FFFD replacement rules).
  *
  * scan_entries(...) does both in one pass while each record is still in cache (the build's path).
+ *
+ * light_units(...) and plain_longs(...) split light-queue lists and parse decimal longs where the values are
+ * plain ASCII; anything else is left to the Python reference in rocketidx.commitlog.dispatch.
  */
 #define _GNU_SOURCE  /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -457,10 +461,181 @@ static PyObject *native_scan_entries(PyObject *self, PyObject *args) {
     return Py_BuildValue("nnniLL", n, o.m, p, code, a, bb);
 }
 
+/* light_units(buf, names_pos, names_len, offs_pos, offs_len, count, simple, unit_name, unit_offset, name_pos,
+ * name_len) -> (units, names): the light-queue units of n records whose two lists (INNER_MULTI_DISPATCH,
+ * INNER_MULTI_QUEUE_OFFSET) sit at the given ranges of buf, for the plain case only. A record is plain when both
+ * values are printable ASCII without blanks (0x21-0x7E), neither has an empty item before its trailing commas
+ * (which Java's split drops), and every offset is -?[0-9]{1,18} (what Long.parseLong surely takes). For a plain
+ * record, count = its units (0 when the lists' lengths differ: the broker dispatches none), each unit's name as an
+ * id into the distinct names (first seen at name_pos/name_len) and its offset; simple = 0 leaves the record to
+ * the Python reference (rocketidx.commitlog.dispatch), which knows the rest of Java's rules. */
+typedef struct { int64_t *id; uint32_t *hash; Py_ssize_t cap, used; } name_table;
+
+/* The items of a list as Java's split(",") makes them, when it is plain (see above): their count in *items. With
+ * digits, each item must also be -?[0-9]{1,18}. */
+static int split_plain(const unsigned char *s, int64_t len, int64_t *items, int digits) {
+    int64_t e = len;
+    while (e > 0 && s[e - 1] == ',') e--;
+    int64_t n = 1, item = 0, minus = 0;
+    for (int64_t i = 0; i < e; i++) {
+        unsigned char c = s[i];
+        if (c == ',') {
+            if (item == minus) return 0;  /* empty, or a lone '-' */
+            n++;
+            item = minus = 0;
+            continue;
+        }
+        if (c < 0x21 || c > 0x7E) return 0;
+        if (digits) {
+            if (c == '-' && item == 0) minus = 1;
+            else if (c < '0' || c > '9' || item - minus >= 18) return 0;
+        }
+        item++;
+    }
+    if (item == minus) return 0;
+    *items = n;
+    return 1;
+}
+
+static int64_t parse_plain_long(const unsigned char *s, int64_t len) {
+    int64_t i = s[0] == '-', x = 0;
+    for (int64_t k = i; k < len; k++) x = x * 10 + (s[k] - '0');
+    return i ? -x : x;
+}
+
+static int name_grow(name_table *t) {
+    Py_ssize_t cap = t->cap ? t->cap * 2 : 1024;
+    int64_t *id = malloc(sizeof(int64_t) * (size_t)cap);
+    uint32_t *hash = malloc(sizeof(uint32_t) * (size_t)cap);
+    if (!id || !hash) { free(id); free(hash); return 0; }
+    for (Py_ssize_t j = 0; j < cap; j++) id[j] = -1;
+    for (Py_ssize_t j = 0; j < t->cap; j++) {
+        if (t->id[j] < 0) continue;
+        Py_ssize_t slot = t->hash[j] & (cap - 1);
+        while (id[slot] >= 0) slot = (slot + 1) & (cap - 1);
+        id[slot] = t->id[j];
+        hash[slot] = t->hash[j];
+    }
+    free(t->id);
+    free(t->hash);
+    t->id = id;
+    t->hash = hash;
+    t->cap = cap;
+    return 1;
+}
+
+static PyObject *native_light_units(PyObject *self, PyObject *args) {
+    Py_buffer buf, in[4], out[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*w*w*w*", &buf, &in[0], &in[1], &in[2], &in[3], &out[0], &out[1],
+                          &out[2], &out[3], &out[4], &out[5]))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    const int64_t *npos = in[0].buf, *nlen = in[1].buf, *opos = in[2].buf, *olen = in[3].buf;
+    int64_t *count = out[0].buf, *unit_name = out[2].buf, *unit_offset = out[3].buf;
+    int64_t *fpos = out[4].buf, *flen = out[5].buf;
+    uint8_t *simple = out[1].buf;
+    Py_ssize_t n = in[0].len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t ucap = out[2].len / (Py_ssize_t)sizeof(int64_t), fcap = out[4].len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t units = 0;
+    name_table t = {NULL, NULL, 0, 0};
+    int failed = 0;  /* 1: out of memory, 2: output too small */
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        const unsigned char *ns = b + npos[i], *os = b + opos[i];
+        int64_t nn = 0, no = 0;
+        count[i] = 0;
+        simple[i] = nlen[i] > 0 && olen[i] > 0 && split_plain(ns, nlen[i], &nn, 0) && split_plain(os, olen[i], &no, 1);
+        if (!simple[i] || nn != no) continue;
+        if (units + nn > ucap) { failed = 2; break; }
+        int64_t a = 0, c = 0;  /* the current name item starts at a, the offset item at c */
+        for (int64_t k = 0; k < nn; k++) {
+            int64_t ae = a, ce = c;
+            while (ae < nlen[i] && ns[ae] != ',') ae++;
+            while (ce < olen[i] && os[ce] != ',') ce++;
+            unit_offset[units + k] = parse_plain_long(os + c, ce - c);
+            uint32_t h = 2166136261u;
+            for (int64_t j = a; j < ae; j++) h = (h ^ ns[j]) * 16777619u;
+            if ((t.used + 1) * 2 > t.cap && !name_grow(&t)) { failed = 1; break; }
+            Py_ssize_t slot = h & (t.cap - 1);
+            int64_t id = -1;
+            while (t.id[slot] >= 0) {
+                int64_t q = t.id[slot];
+                if (t.hash[slot] == h && flen[q] == ae - a && memcmp(b + fpos[q], ns + a, (size_t)(ae - a)) == 0) {
+                    id = q;
+                    break;
+                }
+                slot = (slot + 1) & (t.cap - 1);
+            }
+            if (id < 0) {
+                if (t.used >= fcap) { failed = 2; break; }
+                id = t.used++;
+                fpos[id] = npos[i] + a;
+                flen[id] = ae - a;
+                t.id[slot] = id;
+                t.hash[slot] = h;
+            }
+            unit_name[units + k] = id;
+            a = ae + 1;
+            c = ce + 1;
+        }
+        if (!failed) {
+            count[i] = nn;
+            units += nn;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_ssize_t names = t.used;
+    free(t.id);
+    free(t.hash);
+    PyBuffer_Release(&buf);
+    for (int j = 0; j < 4; j++) PyBuffer_Release(&in[j]);
+    for (int j = 0; j < 6; j++) PyBuffer_Release(&out[j]);
+    if (failed == 1) return PyErr_NoMemory();
+    if (failed == 2) {
+        PyErr_SetString(PyExc_ValueError, "light_units: output capacity too small");
+        return NULL;
+    }
+    return Py_BuildValue("nn", units, names);
+}
+
+/* plain_longs(buf, pos, len, value, ok): each range of buf as Long.parseLong reads it, where it is [+-]?[0-9]{1,18}
+ * (ok = 1); any other text (ok = 0) is left to the Python reference (rocketidx.commitlog.dispatch.java_parse_longs). */
+static PyObject *native_plain_longs(PyObject *self, PyObject *args) {
+    Py_buffer buf, pos, len, value, ok;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &buf, &pos, &len, &value, &ok))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    const int64_t *P = pos.buf, *N = len.buf;
+    int64_t *V = value.buf;
+    uint8_t *K = ok.buf;
+    Py_ssize_t n = pos.len / (Py_ssize_t)sizeof(int64_t);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *s = b + P[i];
+        int64_t l = N[i], k = l > 0 && (s[0] == '-' || s[0] == '+'), x = 0;
+        int good = l - k >= 1 && l - k <= 18;
+        for (int64_t j = k; good && j < l; j++) {
+            if (s[j] < '0' || s[j] > '9') good = 0;
+            else x = x * 10 + (s[j] - '0');
+        }
+        V[i] = good ? (k && s[0] == '-' ? -x : x) : 0;
+        K[i] = (uint8_t)good;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&pos);
+    PyBuffer_Release(&len);
+    PyBuffer_Release(&value);
+    PyBuffer_Release(&ok);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"scan", native_scan, METH_VARARGS, "Walk and check CommitLog records; see the module comment."},
     {"entries", native_entries, METH_VARARGS, "Index entries and Java key hashes of scanned records."},
     {"scan_entries", native_scan_entries, METH_VARARGS, "scan and entries fused, one pass over the bytes."},
+    {"light_units", native_light_units, METH_VARARGS, "Light-queue units of records with plain lists."},
+    {"plain_longs", native_plain_longs, METH_VARARGS, "Plain decimal longs at ranges of a buffer."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -107,7 +107,14 @@ def pack(sizes: list[int], groups: int) -> list[list[int]]:
 
 
 def queue_groups(topic_index: np.ndarray, queue_id: np.ndarray) -> list[np.ndarray]:
-    """The rows of each (topic, queue id), each group's rows in their given order (CommitLog order).
+    """The rows of each (topic, queue id), each group's rows in their given order (CommitLog order)."""
+    order, starts = queue_order(topic_index, queue_id)
+    return np.split(order, starts[1:-1])
+
+
+def queue_order(topic_index: np.ndarray, queue_id: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows grouped by (topic, queue id), each group's rows in their given order (CommitLog order), and
+    where each group starts in that order (its last item: the number of rows).
 
     Where both fit (topic index below 2**11, queue id in [0, 2**20)), one value sort of int64 keys
     (group << 32 | row) orders them: a stable argsort of the same keys costs several times as much. Any other
@@ -123,4 +130,5 @@ def queue_groups(topic_index: np.ndarray, queue_id: np.ndarray) -> list[np.ndarr
         code = t << 32 | (q & 0xFFFFFFFF)
         order = np.argsort(code, kind="stable")
         group = code[order]
-    return np.split(order, np.flatnonzero(np.diff(group)) + 1)
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(group)) + 1, [n])) if n else np.zeros(1, np.int64)
+    return order, starts.astype(np.int64)

@@ -30,6 +30,7 @@ from rocketidx.commitlog.columns import decode_java_utf8
 from rocketidx.commitlog.keys import java_string_hash
 from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.javaparse import java_parse_integer
+from rocketidx.commitlog.native import kernel
 from rocketidx.commitlog.segments import Segment
 from rocketidx.config import LightQueues
 from rocketidx.errors import ConfigError, CorruptRecordError
@@ -147,35 +148,34 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, at: np.ndarray | None, 
     rows, rr = rows[may], rr[may]
     if not len(rows):
         return d
-    with_rows, names, offsets = _light_lists(u8, recs, rows, rr)
-    if not len(with_rows):
-        return d
-    names, offsets = _java_split(names), _java_split(offsets)
-    n_count = pc.list_value_length(names).to_numpy(zero_copy_only=False)
-    o_count = pc.list_value_length(offsets).to_numpy(zero_copy_only=False)
-    same = n_count == o_count
-    record = np.repeat(with_rows[same], n_count[same])  # the unit's row in d
-    flat_names = pc.list_flatten(names.filter(pa.array(same)))
-    flat_offsets = pc.list_flatten(offsets.filter(pa.array(same)))
-    parsed, throws = java_parse_longs(flat_offsets)
-    separator = pc.match_substring(flat_names, "/").to_numpy(zero_copy_only=False)
+    parts = []
+    if kernel is not None:  # the kernel splits plain lists; what it leaves goes through the reference below
+        part, rest = _plain_units(u8, recs, rows, rr)
+        parts.append(part)
+        rows, rr = rows[rest], rr[rest]
+    if len(rows):
+        parts.append(_listed_units(u8, recs, rows, rr))
+    topics = list(d.topics)
+    where = {t: i for i, t in enumerate(topics)}
+    for part in parts:
+        for t in part.names:
+            if t not in where:
+                where[t] = len(topics)
+                topics.append(t)
+    record = np.concatenate([p.record for p in parts])
+    name_index = np.concatenate([np.asarray([where[t] for t in p.names], np.int32)[p.name] if p.names
+                                 else np.zeros(0, np.int32) for p in parts])
+    offset = np.concatenate([p.offset for p in parts])
+    throws = np.concatenate([p.throws for p in parts])
+    # Per distinct name, then per unit: a name holding '/' is left out, a name starting with %LMQ% goes to queue 0.
+    separator = np.asarray(["/" in t for t in topics], bool)[name_index]
     left_out = (("light_queue_name_holds_separator", int(separator.sum())),
                 ("light_queue_offset_not_a_long", int((~separator & throws).sum())))
     keep_idx = np.flatnonzero(~separator & ~throws)
     if not len(keep_idx):
         return _left(d, left_out)
-    record = record[keep_idx]
-    unit_names = flat_names.take(pa.array(keep_idx))
-    enc = pc.dictionary_encode(unit_names)
-    new_topics = enc.dictionary.to_pylist()
-    topics = list(d.topics)
-    where = {t: i for i, t in enumerate(topics)}
-    for t in new_topics:
-        if t not in where:
-            where[t] = len(topics)
-            topics.append(t)
-    name_index = np.asarray([where[t] for t in new_topics], np.int32)[enc.indices.to_numpy(zero_copy_only=False)]
-    lmq = pc.starts_with(unit_names, L.LMQ_PREFIX).to_numpy(zero_copy_only=False) & rules.enable_lmq
+    record, name_index = record[keep_idx], name_index[keep_idx]
+    lmq = np.asarray([t.startswith(L.LMQ_PREFIX) for t in topics], bool)[name_index] & rules.enable_lmq
     queue_id = np.where(lmq, 0, d.queue_id[record]).astype(np.int32)
     row_at, unit_at, unit = _after_their_records(len(d), record)
 
@@ -185,9 +185,61 @@ def _with_light_queues(u8: np.ndarray, recs: np.ndarray, at: np.ndarray | None, 
         return out
 
     return Dispatched(topics, merged(d.topic_index, name_index), merged(d.queue_id, queue_id),
-                      merged(d.queue_offset, parsed[keep_idx]), merged(d.phy_offset, d.phy_offset[record]),
+                      merged(d.queue_offset, offset[keep_idx]), merged(d.phy_offset, d.phy_offset[record]),
                       merged(d.size, d.size[record]), merged(d.tags_code, d.tags_code[record]),
                       merged(d.position, d.position[record]), left_out)
+
+
+class _Units(NamedTuple):
+    """Light-queue units, before the rules that leave some out: each unit's row in the entries, its name (an
+    index into ``names``, distinct names as Java decodes them), its queue offset, and whether
+    ``Long.parseLong`` throws on it; a record's units in its lists' order."""
+
+    record: np.ndarray
+    names: list[str]
+    name: np.ndarray
+    offset: np.ndarray
+    throws: np.ndarray
+
+
+def _plain_units(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray, rr: np.ndarray) -> tuple[_Units, np.ndarray]:
+    """The units of the records (``rows``; ``rr`` the same in the records array) whose lists the kernel found
+    and are plain (``light_units`` in rocketidx/_native.c: printable ASCII, no empty item, plain numbers), and a
+    mask of the rows left for :func:`_listed_units`: those it did not find (the numpy path's) or not plain.
+    A record that lacks one of the lists makes no unit on either path."""
+    known = recs[rr, L.REC_MULTI_DISPATCH] == 1
+    npos, nlen = recs[rr, L.REC_MULTI_NAMES_POS], recs[rr, L.REC_MULTI_NAMES_LEN]
+    opos, olen = recs[rr, L.REC_MULTI_OFFSETS_POS], recs[rr, L.REC_MULTI_OFFSETS_LEN]
+    asked = np.flatnonzero(known & (npos >= 0) & (opos >= 0))
+    count = np.zeros(len(asked), np.int64)
+    simple = np.zeros(len(asked), np.uint8)
+    cap = int(nlen[asked].sum()) // 2 + len(asked) + 1  # an item is a byte and a comma, but for the last
+    unit_name, unit_offset = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    first_pos, first_len = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    units, names = kernel.light_units(u8, npos[asked], nlen[asked], opos[asked], olen[asked], count, simple,
+                                      unit_name, unit_offset, first_pos, first_len) if len(asked) else (0, 0)
+    rest = ~known
+    rest[asked[simple == 0]] = True
+    decoded = decode_java_utf8(binary_array(*gather_ranges(u8, first_pos[:names], first_len[:names]))).to_pylist()
+    return _Units(np.repeat(rows[asked], count), decoded, unit_name[:units], unit_offset[:units],
+                  np.zeros(units, bool)), rest
+
+
+def _listed_units(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray, rr: np.ndarray) -> _Units:
+    """The units of ``rows`` by Java's rules in full: ``String.split(",")`` of both lists (trailing empty items
+    dropped, a blank list none), lists of different lengths none, each offset as ``Long.parseLong`` takes it."""
+    with_rows, names, offsets = _light_lists(u8, recs, rows, rr)
+    if not len(with_rows):
+        return _Units(np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
+    names, offsets = _java_split(names), _java_split(offsets)
+    n_count = pc.list_value_length(names).to_numpy(zero_copy_only=False)
+    o_count = pc.list_value_length(offsets).to_numpy(zero_copy_only=False)
+    same = n_count == o_count
+    flat_names = pc.list_flatten(names.filter(pa.array(same)))
+    parsed, throws = java_parse_longs(pc.list_flatten(offsets.filter(pa.array(same))))
+    enc = pc.dictionary_encode(flat_names)
+    return _Units(np.repeat(with_rows[same], n_count[same]), enc.dictionary.to_pylist(),
+                  enc.indices.to_numpy(zero_copy_only=False), parsed, throws)
 
 
 def _after_their_records(n: int, record: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -285,27 +337,42 @@ def _java_split(values: pa.Array) -> pa.ListArray:
 
 
 _PLAIN_LONG = r"^-?[0-9]{1,18}$"  # what Long.parseLong surely takes, and Arrow's cast the same way
-_JAVA_LONG = r"^[+-]?[0-9]+$"  # Long.parseLong's form (ASCII digits: the broker wrote these with Long.toString)
 
 
 def java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws)."""
-    if pc.all(pc.match_substring_regex(values, _PLAIN_LONG)).as_py() is not False:  # the common case: one cast
+    """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws). The
+    plain ones are cast at once; any other (a sign '+', 19 digits or more, Unicode digits, not a number at all:
+    rare) is judged one by one by :func:`rocketidx.commitlog.javaparse.java_parse_integer`."""
+    plain = pc.match_substring_regex(values, _PLAIN_LONG)
+    if pc.all(plain).as_py() is not False:  # the common case: one cast
         return pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False), np.zeros(len(values), bool)
-    throws = ~pc.match_substring_regex(values, _JAVA_LONG).to_numpy(zero_copy_only=False)
+    plain = plain.to_numpy(zero_copy_only=False)
     out = np.zeros(len(values), np.int64)
-    digits = pc.utf8_ltrim(values, characters="+")
-    short = ~throws & (pc.utf8_length(digits).to_numpy(zero_copy_only=False) < 19)  # 18 digits always fit
-    idx = np.flatnonzero(short)
+    throws = np.ones(len(values), bool)
+    idx = np.flatnonzero(plain)
     if len(idx):
-        out[idx] = pc.cast(digits.take(pa.array(idx)), pa.int64()).to_numpy(zero_copy_only=False)
-    for j in np.flatnonzero(~throws & ~short):  # 19 digits and more: rare, checked against the range one by one
-        v = int(digits[int(j)].as_py())
-        if -2**63 <= v < 2**63:
-            out[j] = v
-        else:
-            throws[j] = True
+        out[idx] = pc.cast(values.take(pa.array(idx)), pa.int64()).to_numpy(zero_copy_only=False)
+        throws[idx] = False
+    for j in np.flatnonzero(~plain):
+        v = java_parse_integer(values[int(j)].as_py() or "", 64)
+        if v is not None:
+            out[j], throws[j] = v, False
     return out, throws
+
+
+def parse_longs_at(data: np.ndarray, start: np.ndarray, length: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`java_parse_longs` of the byte ranges ``[start, start+length)`` of ``data``: the kernel reads the
+    plain ones (``[+-]?[0-9]{1,18}``) in place, the rest (or all, without it) go through the reference."""
+    start, length = np.ascontiguousarray(start, np.int64), np.ascontiguousarray(length, np.int64)
+    if kernel is None:
+        return java_parse_longs(property_strings(data, start, length))
+    values, ok = np.empty(len(start), np.int64), np.empty(len(start), np.uint8)
+    kernel.plain_longs(data, start, length, values, ok)
+    throws = np.zeros(len(start), bool)
+    other = np.flatnonzero(ok == 0)
+    if len(other):
+        values[other], throws[other] = java_parse_longs(property_strings(data, start[other], length[other]))
+    return values, throws
 
 
 def _tags_codes(u8: np.ndarray, recs: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ import numpy as np
 
 import rocketidx.layout as L
 from rocketidx.arrays import gather_ranges, queue_groups
-from rocketidx.commitlog.dispatch import entry_mask, java_parse_longs, property_strings, tags_codes, topics_of
+from rocketidx.commitlog.dispatch import entry_mask, parse_longs_at, tags_codes, topics_of
 from rocketidx.commitlog.records import property_ranges
 from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.writer import check_topic, file_name
@@ -100,8 +100,8 @@ def _inner_batches(u8: np.ndarray, sub: np.ndarray, units: np.ndarray) -> None:
     both = np.flatnonzero(has_num & has_base)
     if not len(both):
         return
-    base, bad_base = java_parse_longs(property_strings(data, base_at[both], base_len[both]))
-    num, bad_num = java_parse_longs(property_strings(data, num_at[both], num_len[both]))
+    base, bad_base = parse_longs_at(data, base_at[both], base_len[both])
+    num, bad_num = parse_longs_at(data, num_at[both], num_len[both])
     ok = ~bad_base & ~bad_num & (num >= SHORT[0]) & (num <= SHORT[1])
     units["base"][both[ok]] = base[ok]
     units["batch_size"][both[ok]] = num[ok]

@@ -76,7 +76,7 @@ def place(state: QueueState, q: np.ndarray, phy: np.ndarray, size: np.ndarray) -
         bad = np.flatnonzero(~regular)
         k = n - start if len(bad) == 0 else int(bad[0])
         if k:
-            _append_run(state, k, int(end[k - 1]))
+            append_run(state, k, int(end[k - 1]))
             appended.extend(range(start, start + k))
         for i in range(start + k, n):
             if _put_one(state, int(q[i]), int(phy[i]), int(size[i]), out):
@@ -85,7 +85,7 @@ def place(state: QueueState, q: np.ndarray, phy: np.ndarray, size: np.ndarray) -
     return out
 
 
-def _append_run(state: QueueState, k: int, last_end: int) -> None:
+def append_run(state: QueueState, k: int, last_end: int) -> None:
     """``k`` records appended one after the other (no step drops them): files follow the write position."""
     state.write_pos += k * UNIT
     state.entries += k
@@ -196,5 +196,5 @@ def place_runs(state: QueueState, kind: np.ndarray, q0: np.ndarray, n: np.ndarra
                 out.gaps += m - k2
         out.skip[r], out.slot[r], out.count[r] = k1 + k2, state.write_pos // UNIT, m - k2
         if m - k2:
-            _append_run(state, m - k2, int(last_end[r]))
+            append_run(state, m - k2, int(last_end[r]))
     return out

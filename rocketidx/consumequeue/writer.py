@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import rocketidx.layout as L
-from rocketidx.arrays import queue_groups
+from rocketidx.arrays import queue_order
 from rocketidx.commitlog.dispatch import Dispatched
 from rocketidx.commitlog.segments import Segment
-from rocketidx.consumequeue.placement import UNIT, QueueState, place
+from rocketidx.consumequeue.placement import UNIT, QueueState, append_run, place
 from rocketidx.errors import TopicNameError
 
 MAX_TOPIC_BYTES = 255  # a file name's limit here, and a topic's in RocketMQ (TopicValidator)
@@ -62,11 +62,20 @@ class QueueInfo:
                 "min_offset": self.min_offset, "max_offset": self.max_offset, "entries": self.entries}
 
 
+# Units wait in memory and reach their files in large writes: a queue gets a few dozen units a batch, and a
+# positional write (with its open and close) per queue and batch cost more than the units' bytes.
+FLUSH_QUEUE_BYTES = 1 << 20  # a queue's waiting bytes, written once they reach this
+FLUSH_ALL_BYTES = 64 << 20  # every queue's, written once the writer holds this many
+
+
 class _Queue:
     def __init__(self, directory: str, file_size: int):
         self.directory = directory
         self.state = QueueState(file_size)
         self.created = 0  # end of the files created on disk
+        self.waiting: list[memoryview] = []  # bytes from logical offset waiting_at on, not yet written
+        self.waiting_at = 0
+        self.waiting_bytes = 0
 
     def _create_files(self) -> None:
         st, f = self.state, self.state.file_size
@@ -81,6 +90,27 @@ class _Queue:
             finally:
                 os.close(fd)
             self.created += f
+
+    def put(self, at: int, data: bytes | memoryview) -> int:
+        """``data`` at logical offset ``at``: kept with the waiting bytes it continues, written when they are
+        many (or first those, when it does not continue them). Returns how many bytes more are waiting."""
+        before = self.waiting_bytes
+        if self.waiting and at != self.waiting_at + self.waiting_bytes:
+            self.flush()
+            before = 0
+        if not self.waiting:
+            self.waiting_at = at
+        self.waiting.append(memoryview(data).cast("B"))
+        self.waiting_bytes += len(self.waiting[-1])
+        if self.waiting_bytes >= FLUSH_QUEUE_BYTES:
+            self.flush()
+        return self.waiting_bytes - before
+
+    def flush(self) -> None:
+        if self.waiting:
+            data = self.waiting[0] if len(self.waiting) == 1 else b"".join(self.waiting)
+            self.waiting, self.waiting_bytes = [], 0
+            self.write(self.waiting_at, data)
 
     def write(self, at: int, data: bytes | memoryview) -> None:
         """``data`` at logical offset ``at``, across file boundaries."""
@@ -110,22 +140,68 @@ class ConsumeQueueWriter:
         # "ConsumeQueue entries").
         self.dropped = {"repeated": 0, "below_max_physic_offset": 0, "negative_queue_offset": 0}
         self.gaps = 0
+        self.waiting = 0  # bytes the queues hold, not yet written
 
     def add(self, seg: Segment, d: Dispatched) -> None:
-        """Place and write one batch's entries (CommitLog order within each queue)."""
+        """Place and write one batch's entries (CommitLog order within each queue).
+
+        Each queue's records whose QUEUEOFFSETs continue its slots one by one, none 0, each ending past the one
+        before (a clean log's every queue) are appended as one run, decided for all queues at once here; any
+        other queue's records go through the broker's rules one by one (:func:`place`)."""
         for reason, count in d.left_out:
             self.dropped[reason] = self.dropped.get(reason, 0) + count
         if not len(d):
             return
-        for idx in queue_groups(d.topic_index, d.queue_id):
-            first = int(idx[0])
+        order, starts = queue_order(d.topic_index, d.queue_id)
+        queues = []
+        for g in range(len(starts) - 1):
+            first = int(order[starts[g]])
             topic, qid = d.topics[int(d.topic_index[first])], int(d.queue_id[first])
             queue = self.queues.get((topic, qid))
             if queue is None:
                 check_topic(topic, seg, int(d.position[first]))
                 queue = self.queues[(topic, qid)] = _Queue(os.path.join(self.directory, topic, str(qid)),
                                                             self.file_size)
-            self._put(queue, d, idx)
+            queues.append(queue)
+        runs = self._runs(d, order, starts, queues)
+        units = np.empty(len(order), L.CQ_UNIT)
+        units["phy_offset"], units["size"], units["tags_code"] = d.phy_offset[order], d.size[order], \
+            d.tags_code[order]
+        for g, queue in enumerate(queues):
+            a, b = int(starts[g]), int(starts[g + 1])
+            if runs[g]:
+                append_run(queue.state, b - a, int(d.phy_offset[order[b - 1]] + d.size[order[b - 1]]))
+                queue._create_files()
+                self._put_units(queue, queue.state.write_pos - (b - a) * UNIT, units[a:b])
+            else:
+                self._put(queue, d, order[a:b])
+        if self.waiting >= FLUSH_ALL_BYTES:
+            self.flush()
+
+    @staticmethod
+    def _runs(d: Dispatched, order: np.ndarray, starts: np.ndarray, queues: list[_Queue]) -> np.ndarray:
+        """Which queues' records are one run (see :meth:`add`), as :func:`place`'s own test decides it."""
+        n = len(order)
+        g = np.repeat(np.arange(len(queues)), np.diff(starts))
+        slot = np.asarray([q.state.write_pos // UNIT for q in queues], np.int64)
+        max_phy = np.asarray([q.state.max_phy for q in queues], np.int64)
+        started = np.asarray([q.state.first_file is not None for q in queues], bool)
+        q = d.queue_offset[order]
+        end = d.phy_offset[order] + d.size[order]
+        prev = np.empty(n, np.int64)
+        prev[1:] = end[:-1]
+        prev[starts[:-1]] = max_phy
+        regular = (q == slot[g] + (np.arange(n) - starts[g])) & (q != 0) & (end > prev)
+        return np.logical_and.reduceat(regular, starts[:-1]) & started
+
+    def _put_units(self, queue: _Queue, at: int, units: np.ndarray) -> None:
+        self.waiting += queue.put(at, units)
+
+    def flush(self) -> None:
+        """Write every queue's waiting bytes."""
+        for q in self.queues.values():
+            q.flush()
+        self.waiting = 0
 
     def _put(self, queue: _Queue, d: Dispatched, idx: np.ndarray) -> None:
         negative = d.queue_offset[idx] < 0
@@ -142,18 +218,19 @@ class ConsumeQueueWriter:
         if placed.blanks:
             blank = np.zeros(placed.blanks, L.CQ_UNIT)
             blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
-            queue.write(placed.blank_from, blank.tobytes())
+            self._put_units(queue, placed.blank_from, blank)
         if len(placed.appended):
             rows = idx[placed.appended]
             units = np.empty(len(rows), L.CQ_UNIT)
             units["phy_offset"] = d.phy_offset[rows]
             units["size"] = d.size[rows]
             units["tags_code"] = d.tags_code[rows]
-            queue.write(queue.state.write_pos - len(rows) * UNIT, units.tobytes())
+            self._put_units(queue, queue.state.write_pos - len(rows) * UNIT, units)
 
     def close(self, sync: bool = True) -> list[QueueInfo]:
         """Sync every file and directory (``sync=False``: a scratch rebuild, which no one keeps); the queues,
         sorted by topic and queue id."""
+        self.flush()
         infos = []
         for (topic, qid), q in sorted(self.queues.items()):
             st = q.state

@@ -7,13 +7,15 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, strategies as st
 
 from scenarios import Rec, lay_segment, props, write_segments
 
 import rocketidx.layout as L
-from rocketidx.commitlog.dispatch import dispatch
+from rocketidx.commitlog.dispatch import _plain_units, dispatch, java_parse_longs, parse_longs_at
+from rocketidx.commitlog.native import native_available
 from rocketidx.commitlog.readers import CommitLogReader
 from rocketidx.commitlog.segments import list_segments
 from rocketidx.config import LMQ_TOPIC_RULES, LightQueues, broker_release, build_request, light_queues
@@ -31,7 +33,9 @@ def java_split(value: str) -> list[str]:
 
 
 def java_parse_long(text: str) -> int | None:
-    if not re.fullmatch(r"[+-]?[0-9]+", text):
+    """``Long.parseLong``: a sign, then decimal digits as ``Character.digit`` knows them (Unicode's, of the BMP:
+    a digit past it is two chars to Java, neither a digit)."""
+    if not re.fullmatch(r"[+-]?\d+", text) or any(ord(c) > 0xFFFF for c in text):
         return None
     v = int(text)
     return v if -2**63 <= v < 2**63 else None
@@ -133,6 +137,51 @@ def test_the_units_are_the_brokers_record_by_record(tmp_path_factory, reader_nat
     assert [r for d in got for r in rows(d)] == model(recs, list(offsets), main_tags, rules)
 
 
+PLAIN_NAME = st.text("%LMQabcz09_-/", min_size=1, max_size=8)
+PLAIN_OFFSET = st.from_regex(r"-?[0-9]{1,20}", fullmatch=True)
+_PLAIN = re.compile(r"[^,]+(,[^,]+)*,*")
+
+
+@st.composite
+def plain_records(draw):
+    """Lists the kernel splits itself (printable ASCII, no empty item), with some it must leave to Python: an
+    offset of 19 or more digits, a name with a space, an empty item, lists of different lengths."""
+    out = []
+    for i in range(draw(st.integers(1, 10))):
+        k = draw(st.integers(1, 4))
+        names = draw(st.lists(PLAIN_NAME, min_size=k, max_size=k))
+        offs = draw(st.lists(PLAIN_OFFSET, min_size=k, max_size=k + draw(st.sampled_from([0, 0, 0, 1]))))
+        if draw(st.integers(0, 9)) == 0:
+            names[-1] = draw(st.sampled_from(["a b", "", "\u00e9"]))
+        pairs = [(L.PROPERTY_INNER_MULTI_DISPATCH, ",".join(names) + draw(st.sampled_from(["", ",", ",,"]))),
+                 (L.PROPERTY_INNER_MULTI_QUEUE_OFFSET, ",".join(offs))]
+        out.append(Rec(topic=b"T", properties=props(*pairs), queue_id=draw(st.integers(0, 3)), queue_offset=i))
+    return out
+
+
+@pytest.mark.skipif(not native_available(), reason="the compiled kernel is not built")
+@given(recs=plain_records())
+def test_the_kernel_splits_plain_lists_as_java_does(tmp_path_factory, recs):
+    """The kernel's split (``light_units``) gives the model's units, and takes every plain record itself: a
+    kernel that handed every record to the Python reference would pass the model test above unnoticed."""
+    rules = LightQueues(True, "5.2")
+    got, offsets, main_tags = dispatched(tmp_path_factory.mktemp("s"), recs, rules, True)
+    assert [r for d in got for r in rows(d)] == model(recs, list(offsets), main_tags, rules)
+    seg = lay_segment(recs, size=1 << 20)
+    store = write_segments(tmp_path_factory.mktemp("k"), [seg])
+    for s, buf, r in CommitLogReader(list_segments(store / "commitlog"), check_crc=False, native=True).record_chunks():
+        u8 = np.frombuffer(buf, np.uint8, s.size)
+        rr = np.arange(len(r))
+        _, rest = _plain_units(u8, r, rr, rr)
+        for rec, left in zip(recs, rest):
+            p = dict(kv.split("\x01", 1) for kv in rec.properties.decode().split("\x02") if "\x01" in kv)
+            names, offs = p[L.PROPERTY_INNER_MULTI_DISPATCH], p[L.PROPERTY_INNER_MULTI_QUEUE_OFFSET]
+            plain = bool(_PLAIN.fullmatch(names) and re.fullmatch(r"(-?[0-9]{1,18})(,-?[0-9]{1,18})*", offs)
+                         and " " not in names and names.isascii())
+            # An empty list is no list (the property's value must not be empty): no unit, nothing left over.
+            assert left == (names != "" and not plain), (names, offs)
+
+
 def test_without_light_queues_nothing_changes(tmp_path):
     recs = [Rec(properties=props((L.PROPERTY_INNER_MULTI_DISPATCH, "%LMQ%a"), (L.PROPERTY_INNER_MULTI_QUEUE_OFFSET, "3")))]
     got, offsets, tags = dispatched(tmp_path, recs, None)
@@ -180,3 +229,18 @@ def test_the_broker_conf_turns_them_on(tmp_path):
 def test_an_unknown_rule_is_refused():
     with pytest.raises(ConfigError):
         LightQueues(True, "6.0")
+
+
+@given(texts=st.lists(st.one_of(st.from_regex(r"[+-]?[0-9]{0,21}", fullmatch=True),
+                                st.text("0123456789+- x\u0663\uff13\U0001d7d1", max_size=6)), max_size=30))
+def test_offsets_parse_as_javas_long_parse_long(texts):
+    """Both parses of a list of offsets (the kernel's plain one with the reference for the rest, and the
+    reference alone) are Java's ``Long.parseLong``: the value, or that it throws."""
+    raw = [t.encode() for t in texts]
+    data = np.frombuffer(b"".join(raw) or b"\0", np.uint8)
+    start = np.cumsum([0] + [len(r) for r in raw[:-1]]).astype(np.int64) if raw else np.zeros(0, np.int64)
+    length = np.asarray([len(r) for r in raw], np.int64)
+    want = [java_parse_long(t) for t in texts]
+    for values, throws in (parse_longs_at(data, start, length),
+                           java_parse_longs(pa.array(texts, pa.string()))):
+        assert [None if t else int(v) for v, t in zip(values, throws)] == want

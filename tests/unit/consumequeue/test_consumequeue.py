@@ -4,6 +4,7 @@ restarted broker's lookup answers; the placement rules against a literal transcr
 from __future__ import annotations
 
 import json
+import struct
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from rocketidx.commitlog.dispatch import DEFAULT_DELAYS_MS, delay_levels_ms, jav
 from rocketidx.commitlog.segments import Segment
 from rocketidx.config import BuildConfig
 from rocketidx.consumequeue.placement import UNIT, QueueState, find_runs, place, place_runs
+import rocketidx.consumequeue.writer as writer
+import rocketidx.layout as L
+from rocketidx.commitlog.dispatch import Dispatched
 from rocketidx.consumequeue.writer import check_topic
 from rocketidx.errors import ConfigError, TopicNameError
 from rocketidx.output.open import open_consumequeues
@@ -128,7 +132,7 @@ def reference(records, file_size):
 
 
 @st.composite
-def queue_records(draw):
+def queue_records(draw, sizes=st.integers(1, 200)):
     n = draw(st.integers(1, 60))
     q = draw(st.integers(0, 70))
     phy, out = draw(st.integers(0, 1000)), []
@@ -136,7 +140,7 @@ def queue_records(draw):
         step = draw(st.sampled_from([1, 1, 1, 1, 0, 2, 5, -1, -3, "zero"]))
         q = 0 if step == "zero" else max(0, q + step)
         phy += draw(st.sampled_from([100, 100, 100, -50, -300, 0]))
-        out.append((q, max(0, phy), draw(st.integers(1, 200))))
+        out.append((q, max(0, phy), draw(sizes)))
     return out
 
 
@@ -195,6 +199,45 @@ def test_placing_runs_equals_the_rules_record_by_record(records, file_size, cuts
     assert (placed.dropped_repeated, placed.dropped_below_max, placed.gaps, state.entries) == \
         (one.dropped_repeated, one.dropped_below_max, one.gaps, record_state.entries)
     assert all(end[starts[r]] <= end[:starts[r]].max(initial=-1) for r in asked)  # only where step 1 may drop
+
+
+@settings(max_examples=150, deadline=None)
+@given(queues=st.lists(queue_records(st.sampled_from([50, 100, 100])), min_size=1, max_size=3), file_size=st.sampled_from([20, 60, 200, 1280]),
+       picks=st.lists(st.integers(0, 2), max_size=200), cuts=st.lists(st.integers(1, 150)),
+       flush=st.sampled_from([20, 60, 1 << 20]))
+def test_the_writer_gives_every_queue_the_rules_slots(tmp_path_factory, monkeypatch, queues, file_size, picks, cuts,
+                                                      flush):
+    """The writer decides a run for all queues of a batch at once and keeps units waiting in memory: several
+    queues interleaved, cut into batches anywhere, written in small or large pieces, must give each queue's
+    files the record-by-record rules' slots (blanks as CQ_BLANK, the rest zeros)."""
+    monkeypatch.setattr(writer, "FLUSH_QUEUE_BYTES", flush)
+    monkeypatch.setattr(writer, "FLUSH_ALL_BYTES", 2 * flush)
+    order, nxt = [], [0] * len(queues)
+    for p in picks + [i for i, q in enumerate(queues) for _ in q]:  # every record once, each queue in order
+        p %= len(queues)
+        if nxt[p] < len(queues[p]):
+            order.append((p, *queues[p][nxt[p]]))
+            nxt[p] += 1
+    arr = np.asarray(order, np.int64)
+    root = tmp_path_factory.mktemp("cq")
+    w = writer.ConsumeQueueWriter(str(root), file_size)
+    bounds = [0] + sorted(c for c in set(cuts) if c < len(arr)) + [len(arr)]
+    for a, b in zip(bounds, bounds[1:]):
+        part = arr[a:b]
+        w.add(Segment("s", 0, 1 << 20), Dispatched(
+            ["A", "B", "C"], part[:, 0].astype(np.int32), np.zeros(len(part), np.int32), part[:, 1], part[:, 2],
+            part[:, 3].astype(np.int32), np.full(len(part), 7, np.int64), np.arange(a, b, dtype=np.int64)))
+    w.close(sync=False)
+    for k, records in enumerate(queues):
+        slots, first_file, files_end, _, _ = reference(records, file_size)
+        want = bytearray(files_end - first_file)
+        for pos, v in slots.items():
+            phy, size, tags = L.CQ_BLANK if v is None else (*v, 7)
+            want[pos - first_file:pos - first_file + UNIT] = struct.pack(">qiq", phy, size, tags)
+        d = root / "ABC"[k] / "0"
+        got = b"".join((d / writer.file_name(o)).read_bytes() for o in range(first_file, files_end, file_size))
+        assert got == bytes(want)
+        assert sorted(p.name for p in d.iterdir()) == [writer.file_name(o) for o in range(first_file, files_end, file_size)]
 
 
 def test_a_full_last_file_gets_a_successor_even_when_the_record_is_dropped():
