@@ -557,6 +557,7 @@ class EngineRequest:
     master: str | None = None
     spark_flag: bool = False
     spark: SparkSettings | None = None
+    workers: int = 1  # processes an in-process build runs its tasks on (rocketidx.build.pool)
 
     @property
     def settings(self) -> SparkSettings:
@@ -565,12 +566,14 @@ class EngineRequest:
 
 def engine_request(*, in_process: bool = False, master: str | None = None, spark_flag: bool = False,
                    spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
-                   partitions: int | None = None, read_spark_conf: bool = True) -> EngineRequest:
+                   partitions: int | None = None, read_spark_conf: bool = True, workers: int = 1) -> EngineRequest:
     """The engine flags, and the Spark settings unless ``read_spark_conf`` is False (the build does not read
     them for ``--in-process``, where a Spark flag is its usage error; statistics of queues never use them)."""
+    if workers < 1:
+        raise ConfigError("--workers", workers, "must be at least 1")
     spark = spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions, master=master) \
         if read_spark_conf else None
-    return EngineRequest(in_process, master, spark_flag, spark)
+    return EngineRequest(in_process, master, spark_flag, spark, workers)
 
 
 # --- the backfill's request ---------------------------------------------------------------------------------
@@ -670,7 +673,8 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
                   from_time_ms: int | None = None, to_time_ms: int | None = None, time_index: str | None = None,
                   overwrite: bool = False, strict: bool = False, in_process: bool = False, master: str | None = None,
                   spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
-                  partitions: int | None = None, topic_config: str | os.PathLike | None = None) -> BuildRequest:
+                  partitions: int | None = None, topic_config: str | os.PathLike | None = None,
+                  workers: int = 1) -> BuildRequest:
     """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
     ``--time-index`` flag spells it: None for the default, "none", or a directory; ``topic_config``: the
     broker's topics.json, whose BatchCQ topics get batch consume queues)."""
@@ -686,7 +690,7 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
         time_index_dir(setting, out), setting not in (None, TIME_INDEX_AUTO), overwrite, strict,
         None if broker_conf is None else str(broker_conf), release,
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
-                       partitions=partitions, read_spark_conf=not in_process))
+                       partitions=partitions, read_spark_conf=not in_process, workers=workers))
 
 
 # --- statistics ---------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from rocketidx.build.direct_task import WriterParams, collect_blocks, local_job, plan_tasks, run_direct
+from rocketidx.build.direct_task import WriterParams, collect_blocks, plan_tasks, run_direct
+from rocketidx.build.pool import pool_job, pool_reads, pool_writes
 from rocketidx.build.queues import build_queues, place_queues
 from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log
@@ -52,15 +53,19 @@ log = logging.getLogger(__name__)
 def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(),
                 *, segments: list[Segment] | None = None, progress=None, native: bool | None = None,
                 start_offset: int | None = None, skip_entries: int = 0, name_after: str | None = None,
-                time_index: str | None = AUTO) -> tuple[dict, BuildSummary]:
+                time_index: str | None = AUTO, workers: int = 1) -> tuple[dict, BuildSummary]:
     """Build and commit the index of a CommitLog. Returns (manifest, summary).
 
     ``commitlog`` and ``out``: local paths or URIs (a URI output is built in local scratch space and
     published there: :func:`rocketidx.output.target.built_here`). ``start_offset``: read from the first record
     at or after this absolute offset (a backfill's range); ``skip_entries``: drop the first entries of the
     message at ``start_offset`` (already indexed in the file the range continues); ``name_after``: every
-    file name must sort after this one.
+    file name must sort after this one. ``workers`` > 1: the log is read by that many processes, each a share of
+    the windows (:func:`build_index_range`'s plan, unbounded: the same files), where the build is a whole log's
+    without batch consume queues; otherwise, and with one worker, one pass here.
     """
+    if workers > 1 and start_offset is None and not skip_entries and name_after is None and not config.batch_queues:
+        return build_index_range(commitlog, out, config, time_index=time_index, workers=workers, segments=segments)
     remote = storage.is_remote(out)
     if remote or start_offset is not None:
         config.refuse_batch_queues("a remote output" if remote else "a backfill's range")
@@ -190,28 +195,32 @@ def _queues_manifest(queues: ConsumeQueueWriter, config: BuildConfig, segments: 
 def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, config: BuildConfig = BuildConfig(), *,
                       from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
                       to_time_ms: int | None = None, time_index: str | None = AUTO,
-                      allow_empty: bool = True) -> tuple[dict, BuildSummary]:
+                      allow_empty: bool = True, workers: int = 1,
+                      segments: list[Segment] | None = None) -> tuple[dict, BuildSummary]:
     """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
     bounds; :func:`rocketidx.build.in_process.build_index` is the unfiltered reference, this is its filtered twin.
     ``time_index``: the time index directory to use and keep (:func:`rocketidx.config.time_index_dir`). A URI output is
     built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
-    :func:`finish_build`.
+    :func:`finish_build`. ``workers``: processes that run the plan's tasks (:mod:`rocketidx.build.pool`); with
+    one, one task owns every window and runs here. ``segments``: the listing, where the caller has it.
     """
     config.refuse_batch_queues("a range")
     remote = storage.is_remote(out)
     with built_here(out) as target:
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
                                from_time_ms=from_time_ms, to_time_ms=to_time_ms,
-                               time_index=None if remote else time_index, allow_empty=allow_empty)
+                               time_index=None if remote else time_index, allow_empty=allow_empty,
+                               workers=workers, segments=segments)
 
 
 def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to_offset, from_time_ms, to_time_ms,
-                    time_index, allow_empty) -> tuple[dict, BuildSummary]:
+                    time_index, allow_empty, workers: int = 1, segments=None) -> tuple[dict, BuildSummary]:
     t0 = time.monotonic()
     commitlog = str(commitlog)
-    segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
+    if segments is None:
+        segments = list_segments(commitlog, from_offset=from_offset, to_offset=to_offset)
     end = to_offset if to_offset is not None else (segments[-1].end_offset if segments else 0)
     spec = SplitSpec(from_offset=from_offset, to_offset=end, from_time_ms=from_time_ms, to_time_ms=to_time_ms,
                      check_crc=config.check_crc, batch_records=config.batch_records)
@@ -229,10 +238,11 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                                   queue_light=config.light_queues)
             ran = None
             if config.index:
-                # One task owns every window: no strays, no resync.
-                plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
+                # One worker: one task owns every window (no strays, no resync). More: at least a task each.
+                plan = plan_tasks(segments, spec, config.window_ms, 1 if workers <= 1 else None, workers, figures,
+                                  time_index=tdir)
                 params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
-                ran = run_direct(plan, segments, local_job(spec, params), figures) if plan.tasks else \
+                ran = run_direct(plan, segments, pool_job(spec, params, workers), figures) if plan.tasks else \
                     ([], resolve_stops(plan.skipped), 0)
                 if ran is None:
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
@@ -242,10 +252,12 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
             if config.consumequeue and ran is not None:
                 results, resolved, _ = ran
                 queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
-                                      resolved, config.queue_file_size, staging.path)
+                                      resolved, config.queue_file_size, staging.path,
+                                      run_writes=pool_writes(workers), write_tasks=workers)
             elif config.consumequeue:
                 queues = build_queues(segments, spec, config.queue_file_size, delay_levels_ms(config.delay_levels),
-                                      staging.path, light_queues=config.light_queues)
+                                      staging.path, light_queues=config.light_queues, run_reads=pool_reads(workers),
+                                      run_writes=pool_writes(workers), write_tasks=workers)
                 ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,

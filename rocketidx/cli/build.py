@@ -36,6 +36,10 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
                         "or a broker rule left entries out (PHYSICALOFFSET fields that are not their records' "
                         "offsets, messages below an IndexFile's endPhyOffset)")
     add_engine_arguments(b, "build", spark_conf, engine_flag)
+    if engine_flag:
+        b.add_argument("--workers", type=count_arg("--workers", 1), default=None,
+                       help="processes an in-process build reads and writes with, each a share of the windows "
+                            "(default 1: one pass in this process)")
     b.add_argument("--from-offset", type=count_arg("--from-offset"), default=None,
                    help="first CommitLog offset to index")
     b.add_argument("--to-offset", type=count_arg("--to-offset"), default=None,
@@ -73,9 +77,12 @@ def run_build(a: argparse.Namespace) -> int:
                             to_offset=a.to_offset, from_time_ms=a.from_time, to_time_ms=a.to_time,
                             time_index=a.time_index, overwrite=a.overwrite, strict=a.strict,
                             in_process=a.in_process, master=a.master, spark_conf=a.spark_conf,
-                            split_bytes=a.split_bytes, partitions=a.partitions, topic_config=a.topic_config)
+                            split_bytes=a.split_bytes, partitions=a.partitions, topic_config=a.topic_config,
+                            workers=getattr(a, "workers", None) or 1)
     if a.in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
                                             ("spark_conf", "split_bytes", "partitions")):
+        return 2
+    if a.master and spark_flag_misused(a, "build", "the in-process engine (drop --master)", ("workers",)):
         return 2
     return report_build(request, as_json=a.json)
 

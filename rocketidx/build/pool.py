@@ -1,0 +1,85 @@
+"""The in-process engine on every core: the tasks Spark runs, run on a pool of worker processes here.
+
+In: the direct plan's tasks (:mod:`rocketidx.build.direct_task`), or the ConsumeQueue build's read and write
+tasks (:mod:`rocketidx.build.queues`), and a number of workers. Out: the same results, in task order, that
+:func:`rocketidx.build.direct_task.local_job`, :func:`rocketidx.build.queues.local_reads` and
+:func:`rocketidx.build.queues.local_writes` give running them one after another.
+
+Why processes: the compiled kernel and numpy release the GIL for parts of a task only, and the index writer's
+placement is Python; a task is a few hundred MB of the log, so a process per core costs little beside it.
+Workers are forked, so they start without importing anything and see this process's settings (the release's
+index rules among them). Memory per worker is what a Spark task holds: a task's windows' slot tables and one
+batch. A failure or an interrupt in any task terminates the pool: a worker must not go on writing into a
+staged version its driver is discarding.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+from typing import Callable
+
+from rocketidx.build.direct_task import WriterParams, local_job, run_task, task_dir_name
+from rocketidx.build.plan import DirectTask
+from rocketidx.build.queues import FilePlan, ReadParams, local_reads, local_writes, read_task, write_task
+from rocketidx.build.results import TaskResult
+from rocketidx.commitlog.segments import SegmentRange
+from rocketidx.commitlog.splits import SplitSpec
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity, which a container's CPU set narrows)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _run(workers: int, fn, calls: list[tuple]) -> list:
+    """``fn(*args)`` for each of ``calls`` on up to ``workers`` forked processes, results in order."""
+    if workers <= 1 or len(calls) <= 1:
+        return [fn(*args) for args in calls]
+    pool = multiprocessing.get_context("fork").Pool(min(workers, len(calls)))
+    try:
+        pending = [pool.apply_async(fn, args) for args in calls]
+        out = [p.get() for p in pending]
+    except BaseException:
+        pool.terminate()
+        pool.join()
+        raise
+    pool.close()
+    pool.join()
+    return out
+
+
+def pool_job(spec: SplitSpec, params: WriterParams, workers: int) -> Callable[..., list[TaskResult]]:
+    """A ``run_job`` for :func:`rocketidx.build.direct_task.run_direct` on ``workers`` processes."""
+    if workers <= 1:
+        return local_job(spec, params)
+
+    def run(tasks: list[DirectTask], what: str, report_ranges: bool = True) -> list[TaskResult]:
+        return _run(workers, _direct, [(t, spec, params, report_ranges) for t in tasks])
+    return run
+
+
+def _direct(task: DirectTask, spec: SplitSpec, params: WriterParams, report_ranges: bool) -> TaskResult:
+    return run_task(task, spec, params, task_dir_name(task, "local"), 0, report_ranges=report_ranges)
+
+
+def pool_reads(workers: int) -> Callable:
+    """A ``run_reads`` for :func:`rocketidx.build.queues.build_queues` on ``workers`` processes."""
+    if workers <= 1:
+        return local_reads
+
+    def run(splits: list[SegmentRange], params: ReadParams):
+        return _run(workers, read_task, [(s, params) for s in splits])
+    return run
+
+
+def pool_writes(workers: int) -> Callable:
+    """A ``run_writes`` for :func:`rocketidx.build.queues.place_queues` on ``workers`` processes."""
+    if workers <= 1:
+        return local_writes
+
+    def run(groups: list[list[FilePlan]], staging: str, file_size: int, sync: bool = True) -> list[dict]:
+        return _run(workers, write_task, [(g, staging, file_size, sync) for g in groups])
+    return run

@@ -1,0 +1,63 @@
+"""The in-process engine on every core (issue 35): ``workers`` processes, each a share of the windows, give the
+files and manifest one process gives: every golden case byte for byte, and a generated store's index,
+ConsumeQueues, light queues and time index."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from refdata import expected_files, golden_params, load_case
+from rocketidx import cli
+from rocketidx.build.in_process import build_index
+from rocketidx.config import BuildConfig, LightQueues
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file of an output by its path under the committed version (the version's own name differs)."""
+    base = (root / "current").resolve()
+    return {str(p.relative_to(base)): p.read_bytes() for p in base.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("case", golden_params())
+def test_every_golden_case_is_rocketmqs_bytes_with_two_workers(case, tmp_path):
+    c = load_case(case)
+    config = BuildConfig(hash_slot_num=c["hashSlotNum"], index_num=c["indexNum"], window_ms=c["windowMillis"],
+                         timezone="UTC")
+    manifest, _ = build_index(case / "commitlog", tmp_path / "out", config, workers=2)
+    got = [tmp_path / "out" / "index" / f["name"] for f in manifest["files"]]
+    assert [g.read_bytes() for g in got] == [e.read_bytes() for e in expected_files(case)]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    s = tmp_path_factory.mktemp("workers") / "store"
+    assert cli.main(["gen", "--out", str(s), "--messages", "20000", "--segment-bytes", "1048576", "--topics", "4",
+                     "--span", "6h", "--start-ms", "1700000000000", "--share-lmq", "0.2"]) == 0
+    return s
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_a_store_built_by_workers_equals_one_process(store, tmp_path, workers):
+    config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC",
+                         targets=("index", "consumequeue"), light_queues=LightQueues(True, "5.2"))
+    one, _ = build_index(store, tmp_path / "one", config)
+    many, summary = build_index(store, tmp_path / "many", config, workers=workers)
+    assert summary.files == len(one["files"]) > workers
+    files = tree(tmp_path / "one")
+    assert any(f.startswith("consumequeue/%LMQ%") for f in files) and any(f.startswith("index/") for f in files)
+    assert tree(tmp_path / "many") == files
+    assert json.loads((tmp_path / "many" / "_manifest.json").read_text())["files"] == one["files"]
+
+
+def test_the_command_takes_workers_and_refuses_nonsense(store, tmp_path, capsys):
+    assert cli.main(["build", "--commitlog", str(store), "--out", str(tmp_path / "o"), "--in-process", "--workers", "2",
+                     "--targets", "index,consumequeue", "--timezone", "UTC", "--window", "30m"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["build", "--commitlog", str(store), "--out", str(tmp_path / "p"), "--workers", "0"])
+    assert "--workers" in capsys.readouterr().err
+    assert cli.main(["build", "--commitlog", str(store), "--out", str(tmp_path / "q"), "--workers", "2",
+                     "--master", "local[1]"]) == 2
+    assert "--workers" in capsys.readouterr().err
