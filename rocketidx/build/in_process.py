@@ -42,7 +42,7 @@ from rocketidx.config import BuildConfig, time_index_dir
 from rocketidx.consumequeue.writer import ConsumeQueueWriter
 from rocketidx.errors import RocketIdxError
 from rocketidx.index.windows import assign_windows
-from rocketidx.output.local import LocalOutput
+from rocketidx.output.local import TASKS_DIR, LocalOutput
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, INDEX_DIR
 from rocketidx.output.target import built_here
 import rocketidx.storage as storage
@@ -244,6 +244,14 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                 params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
                 ran = run_direct(plan, segments, pool_job(spec, params, workers), figures) if plan.tasks else \
                     ([], resolve_stops(plan.skipped), 0)
+                if ran is None and len(plan.tasks) > 1:
+                    # The tasks' pieces could not give the one-pass bytes (strays past what a rerun takes, a stop
+                    # that drops what a later task wrote): one task owning every window reads the log instead.
+                    log.info("the direct plan gave way on %d tasks; one task reads the log", len(plan.tasks))
+                    output.remove(f"{staging.path}/{TASKS_DIR}")
+                    plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
+                    params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
+                    ran = run_direct(plan, segments, pool_job(spec, params, 1), figures)
                 if ran is None:
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
             # A range's queues: what a broker fed only this range writes (docs/formats.md, where an entry lands:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from refdata import expected_files, golden_params, load_case
+import rocketidx.layout as L
 from rocketidx import cli
+from rocketidx.commitlog.readers import CommitLogReader
+from rocketidx.commitlog.segments import list_segments
 from rocketidx.build.in_process import build_index
 from rocketidx.config import BuildConfig, LightQueues
 
@@ -61,3 +65,40 @@ def test_the_command_takes_workers_and_refuses_nonsense(store, tmp_path, capsys)
     assert cli.main(["build", "--commitlog", str(store), "--out", str(tmp_path / "q"), "--workers", "2",
                      "--master", "local[1]"]) == 2
     assert "--workers" in capsys.readouterr().err
+
+
+def test_a_log_out_of_time_order_gives_one_processs_files(tmp_path, caplog):
+    """Clock steps back across windows: tasks read entries of windows others own and are run again with them;
+    the files are one pass's all the same."""
+    store = tmp_path / "store"
+    assert cli.main(["gen", "--out", str(store), "--messages", "20000", "--segment-bytes", "1048576", "--span", "6h",
+                     "--start-ms", "1700000000000", "--clock-steps", "30", "--clock-back", "5h"]) == 0
+    config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC",
+                         targets=("index", "consumequeue"))
+    build_index(store, tmp_path / "one", config)
+    with caplog.at_level("INFO", logger="rocketidx"):
+        build_index(store, tmp_path / "many", config, workers=2)
+    assert "out of time order: rerunning" in caplog.text
+    assert tree(tmp_path / "many") == tree(tmp_path / "one")
+
+
+def test_a_read_that_stops_early_gives_one_processs_files(tmp_path, caplog):
+    """A corrupt record mid-log ends reading there, and a later task already wrote what comes after it: the plan
+    gives way, one task reads the log, and the files are one pass's."""
+    store = tmp_path / "store"
+    assert cli.main(["gen", "--out", str(store), "--messages", "20000", "--segment-bytes", "1048576", "--span", "6h",
+                     "--start-ms", "1700000000000"]) == 0
+    seg = sorted((store / "commitlog").iterdir())[3]
+    recs = np.concatenate([r for s, _, r in CommitLogReader(list_segments(store / "commitlog")).record_chunks()
+                           if s.path == str(seg)])
+    data = bytearray(seg.read_bytes())
+    data[int(recs[len(recs) // 2, L.REC_POS]) + 4] ^= 0xFF  # the magic code of a record mid-segment
+    seg.write_bytes(bytes(data))
+    config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC",
+                         targets=("index", "consumequeue"))
+    _, one = build_index(store, tmp_path / "one", config)
+    with caplog.at_level("INFO", logger="rocketidx"):
+        _, many = build_index(store, tmp_path / "many", config, workers=2)
+    assert "gave way on 2 tasks; one task reads the log" in caplog.text
+    assert one.stop == many.stop and one.stop["segment"] == seg.name
+    assert tree(tmp_path / "many") == tree(tmp_path / "one")

@@ -1,0 +1,97 @@
+"""The in-process engine on every core (issue 35, Must show 3): ``rocketidx build --in-process --workers 2``
+against ``--workers 1``, whole processes, paired round by round in one run (so a machine's drift hits both), on
+store-6m with ``--targets index`` and ``--targets index,consumequeue``; medians and the ratio (target: at least
+1.7x). With ``--oracle-warm-ms`` (the median warm loop of RocketMQ's own ``oracle.IndexBuild`` on the 1.79 GB
+yardstick store-1g, from ``../shared/oracle``), the 2-worker build of store-1g, whole process, against it
+(target: at least 1.8x). Every build's files are compared with the first one's.
+
+Usage: ``python bench/speed/bench_workers.py [--rounds 3] [--workers 2] [--oracle-warm-ms MS]``; results in
+``bench-data/results-workers.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_engine import CLI, DATA, ENV, ensure_store, warm  # noqa: E402
+
+
+def build(store: Path, out: Path, targets: str, workers: int) -> float:
+    """One whole ``rocketidx build`` process; its wall time."""
+    t = time.monotonic()
+    subprocess.run([*CLI, "build", "--commitlog", str(store), "--out", str(out), "--in-process", "--timezone", "UTC",
+                    "--time-index", "none", "--targets", targets, "--workers", str(workers)],
+                   check=True, env=ENV, stdout=subprocess.DEVNULL)
+    return time.monotonic() - t
+
+
+def same_files(a: Path, b: Path) -> bool:
+    """The two outputs' committed files, byte for byte (the version directories' names differ)."""
+    a, b = (a / "current").resolve(), (b / "current").resolve()
+    names = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
+    return names == sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file()) and \
+        all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
+
+
+def paired(store: Path, targets: str, workers: int, rounds: int) -> dict:
+    """``rounds`` pairs of builds, one worker then ``workers``; medians, ratio, and whether all files agreed."""
+    walls: dict[int, list[float]] = {1: [], workers: []}
+    first, identical = None, True
+    for _ in range(rounds):
+        for w in (1, workers):
+            out = Path(tempfile.mkdtemp(dir=DATA)) / "out"
+            walls[w].append(round(build(store, out, targets, w), 2))
+            if first is None:
+                first = out
+            else:
+                identical &= same_files(first, out)
+                shutil.rmtree(out.parent)
+    shutil.rmtree(first.parent)
+    one, many = statistics.median(walls[1]), statistics.median(walls[workers])
+    return {"workers_1_s": walls[1], f"workers_{workers}_s": walls[workers], "median_1_s": one,
+            f"median_{workers}_s": many, "speedup": round(one / many, 2), "files_identical": identical}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--oracle-warm-ms", type=float, default=None,
+                    help="RocketMQ's own IndexBuild warm loop on store-1g, in ms (../shared/oracle)")
+    a = ap.parse_args(argv)
+    results: dict = {}
+    store = ensure_store("store-6m")
+    warm(store)
+    for targets in ("index", "index,consumequeue"):
+        r = results[f"store-6m {targets}"] = paired(store, targets, a.workers, a.rounds)
+        print(f"store-6m --targets {targets}: 1 worker {r['median_1_s']:.2f} s, {a.workers} workers "
+              f"{r[f'median_{a.workers}_s']:.2f} s: {r['speedup']:.2f}x (files identical: {r['files_identical']})",
+              flush=True)
+    if a.oracle_warm_ms:
+        yard = ensure_store("store-1g")
+        warm(yard)
+        walls = []
+        for _ in range(a.rounds):
+            out = Path(tempfile.mkdtemp(dir=DATA)) / "out"
+            walls.append(round(build(yard, out, "index", a.workers), 2))
+            shutil.rmtree(out.parent)
+        med = statistics.median(walls)
+        results["store-1g vs RocketMQ"] = {"rocketmq_warm_loop_s": a.oracle_warm_ms / 1000, "wall_s": walls,
+                                           "median_s": med, "speedup": round(a.oracle_warm_ms / 1000 / med, 2)}
+        print(f"store-1g: {a.workers} workers {med:.2f} s whole process, RocketMQ's warm loop "
+              f"{a.oracle_warm_ms / 1000:.2f} s: {a.oracle_warm_ms / 1000 / med:.2f}x", flush=True)
+    (DATA / "results-workers.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
