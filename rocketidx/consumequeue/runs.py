@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import rocketidx.layout as L
+from rocketidx.arrays import queue_order
 from rocketidx.commitlog.dispatch import Dispatched
 from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.placement import CONSECUTIVE, UNIT, ZERO, QueueState, find_runs, place_runs
@@ -87,21 +88,19 @@ class SplitQueues:
                 self.bad_topic = BadTopic(seg.path, int(d.position[rows[0]]), topic, why)
             keep &= d.topic_index != t
         idx = np.flatnonzero(keep)
-        key = d.topic_index[idx].astype(np.int64) << 32 | (d.queue_id[idx].astype(np.int64) & 0xFFFFFFFF)
-        by_queue = np.argsort(key, kind="stable")
-        order = idx[by_queue]
-        cuts = np.flatnonzero(np.diff(key[by_queue])) + 1
-        for rows in np.split(order, cuts):
-            if not len(rows):
-                continue
-            first = int(rows[0])
+        if not len(idx):
+            return
+        # Every kept record in queue order (CommitLog order within a queue), gathered once; each queue keeps a
+        # slice of it.
+        order, starts = queue_order(d.topic_index[idx], d.queue_id[idx])
+        rows = idx[order]
+        parts = np.empty(len(rows), _PART)
+        parts["q"], parts["phy_offset"] = d.queue_offset[rows], d.phy_offset[rows]
+        parts["size"], parts["tags_code"] = d.size[rows], d.tags_code[rows]
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
+            first = int(rows[a])
             k = (d.topics[int(d.topic_index[first])], int(d.queue_id[first]))
-            part = np.empty(len(rows), _PART)
-            part["q"] = d.queue_offset[rows]
-            part["phy_offset"] = d.phy_offset[rows]
-            part["size"] = d.size[rows]
-            part["tags_code"] = d.tags_code[rows]
-            self.parts.setdefault(k, []).append(part)
+            self.parts.setdefault(k, []).append(parts[a:b])
 
     def finish(self, piece_path: str, piece_name: str) -> pa.Table:
         """Write the units to ``piece_path`` (synced; nothing when no queue has a record) and return the runs."""
