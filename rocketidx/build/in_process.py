@@ -65,7 +65,8 @@ def build_index(commitlog: str | os.PathLike, out: str | os.PathLike, config: Bu
     without batch consume queues; otherwise, and with one worker, one pass here.
     """
     if workers > 1 and start_offset is None and not skip_entries and name_after is None and not config.batch_queues:
-        return build_index_range(commitlog, out, config, time_index=time_index, workers=workers, segments=segments)
+        return build_index_range(commitlog, out, config, time_index=time_index, workers=workers, segments=segments,
+                                 progress=progress)
     remote = storage.is_remote(out)
     if remote or start_offset is not None:
         config.refuse_batch_queues("a remote output" if remote else "a backfill's range")
@@ -196,7 +197,7 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
                       from_offset: int | None = None, to_offset: int | None = None, from_time_ms: int | None = None,
                       to_time_ms: int | None = None, time_index: str | None = AUTO,
                       allow_empty: bool = True, workers: int = 1,
-                      segments: list[Segment] | None = None) -> tuple[dict, BuildSummary]:
+                      segments: list[Segment] | None = None, progress=None) -> tuple[dict, BuildSummary]:
     """The in-process build of an offset or time range: the Spark build's direct plan run as one task here.
 
     Same files, manifest (``filters`` included) and summary as ``build_index_spark`` with the same
@@ -204,7 +205,8 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
     ``time_index``: the time index directory to use and keep (:func:`rocketidx.config.time_index_dir`). A URI output is
     built in local scratch space and published (:func:`rocketidx.output.target.built_here`). ``allow_empty``: as
     :func:`finish_build`. ``workers``: processes that run the plan's tasks (:mod:`rocketidx.build.pool`); with
-    one, one task owns every window and runs here. ``segments``: the listing, where the caller has it.
+    one, one task owns every window and runs here. ``segments``: the listing, where the caller has it;
+    ``progress``: called as each task finishes (as :func:`build_index`'s, with the bytes its tasks read).
     """
     config.refuse_batch_queues("a range")
     remote = storage.is_remote(out)
@@ -212,11 +214,12 @@ def build_index_range(commitlog: str | os.PathLike, out: str | os.PathLike, conf
         return _build_range_at(commitlog, target, config, from_offset=from_offset, to_offset=to_offset,
                                from_time_ms=from_time_ms, to_time_ms=to_time_ms,
                                time_index=None if remote else time_index, allow_empty=allow_empty,
-                               workers=workers, segments=segments)
+                               workers=workers, segments=segments, progress=progress)
 
 
 def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to_offset, from_time_ms, to_time_ms,
-                    time_index, allow_empty, workers: int = 1, segments=None) -> tuple[dict, BuildSummary]:
+                    time_index, allow_empty, workers: int = 1, segments=None,
+                    progress=None) -> tuple[dict, BuildSummary]:
     t0 = time.monotonic()
     commitlog = str(commitlog)
     if segments is None:
@@ -242,7 +245,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                 plan = plan_tasks(segments, spec, config.window_ms, 1 if workers <= 1 else None, workers, figures,
                                   time_index=tdir)
                 params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
-                ran = run_direct(plan, segments, pool_job(spec, params, workers), figures) if plan.tasks else \
+                ran = run_direct(plan, segments, pool_job(spec, params, workers, progress), figures) if plan.tasks else \
                     ([], resolve_stops(plan.skipped), 0)
                 if ran is None and len(plan.tasks) > 1:
                     # The tasks' pieces could not give the one-pass bytes (strays past what a rerun takes, a stop
@@ -251,7 +254,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                     output.remove(f"{staging.path}/{TASKS_DIR}")
                     plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
                     params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
-                    ran = run_direct(plan, segments, pool_job(spec, params, 1), figures)
+                    ran = run_direct(plan, segments, pool_job(spec, params, 1, progress), figures)
                 if ran is None:
                     raise RocketIdxError(f"{commitlog}: reading one piece per segment disagreed with the record chain")
             # A range's queues: what a broker fed only this range writes (docs/formats.md, where an entry lands:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from dataclasses import dataclass
 from typing import Callable
 
 from rocketidx.build.direct_task import WriterParams, local_job, run_task, task_dir_name
@@ -34,13 +35,20 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _run(workers: int, fn, calls: list[tuple]) -> list:
-    """``fn(*args)`` for each of ``calls`` on up to ``workers`` forked processes, results in order."""
+def _run(workers: int, fn, calls: list[tuple], done: Callable[[int], None] | None = None) -> list:
+    """``fn(*args)`` for each of ``calls`` on up to ``workers`` forked processes, results in order; ``done(i)``
+    as each call ``i`` finishes (from the pool's result thread)."""
     if workers <= 1 or len(calls) <= 1:
-        return [fn(*args) for args in calls]
+        out = []
+        for i, args in enumerate(calls):
+            out.append(fn(*args))
+            if done:
+                done(i)
+        return out
     pool = multiprocessing.get_context("fork").Pool(min(workers, len(calls)))
     try:
-        pending = [pool.apply_async(fn, args) for args in calls]
+        pending = [pool.apply_async(fn, args, callback=(lambda _, i=i: done(i)) if done else None)
+                   for i, args in enumerate(calls)]
         out = [p.get() for p in pending]
     except BaseException:
         pool.terminate()
@@ -51,13 +59,29 @@ def _run(workers: int, fn, calls: list[tuple]) -> list:
     return out
 
 
-def pool_job(spec: SplitSpec, params: WriterParams, workers: int) -> Callable[..., list[TaskResult]]:
-    """A ``run_job`` for :func:`rocketidx.build.direct_task.run_direct` on ``workers`` processes."""
-    if workers <= 1:
+@dataclass
+class _Read:
+    """What a progress hook reads off a reader (:meth:`rocketidx.cli.progress.ProgressLine.reader`)."""
+
+    bytes_read: int = 0
+    in_segment: int = 0
+
+
+def pool_job(spec: SplitSpec, params: WriterParams, workers: int,
+             progress: Callable | None = None) -> Callable[..., list[TaskResult]]:
+    """A ``run_job`` for :func:`rocketidx.build.direct_task.run_direct` on ``workers`` processes; ``progress``: a
+    build's progress hook, called with the bytes of the tasks finished so far as each one finishes."""
+    if workers <= 1 and progress is None:
         return local_job(spec, params)
 
     def run(tasks: list[DirectTask], what: str, report_ranges: bool = True) -> list[TaskResult]:
-        return _run(workers, _direct, [(t, spec, params, report_ranges) for t in tasks])
+        read = _Read()
+
+        def done(i: int) -> None:
+            read.bytes_read += tasks[i].bytes
+            if progress and report_ranges:
+                progress(read)
+        return _run(workers, _direct, [(t, spec, params, report_ranges) for t in tasks], done)
     return run
 
 

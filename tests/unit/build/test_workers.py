@@ -102,3 +102,11 @@ def test_a_read_that_stops_early_gives_one_processs_files(tmp_path, caplog):
     assert "gave way on 2 tasks; one task reads the log" in caplog.text
     assert one.stop == many.stop and one.stop["segment"] == seg.name
     assert tree(tmp_path / "many") == tree(tmp_path / "one")
+
+
+def test_a_build_on_workers_reports_progress_as_tasks_finish(store, tmp_path):
+    seen: list[int] = []
+    config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC")
+    build_index(store, tmp_path / "out", config, workers=2, progress=lambda r: seen.append(r.bytes_read))
+    segments = list_segments(store / "commitlog")
+    assert len(seen) >= 2 and seen == sorted(seen) and seen[-1] == sum(s.size for s in segments)
