@@ -557,7 +557,7 @@ class EngineRequest:
     master: str | None = None
     spark_flag: bool = False
     spark: SparkSettings | None = None
-    workers: int = 1  # processes an in-process build runs its tasks on (rocketidx.build.pool)
+    workers: int | None = None  # processes an in-process build runs on (rocketidx.build.pool); None: by size
 
     @property
     def settings(self) -> SparkSettings:
@@ -566,10 +566,11 @@ class EngineRequest:
 
 def engine_request(*, in_process: bool = False, master: str | None = None, spark_flag: bool = False,
                    spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
-                   partitions: int | None = None, read_spark_conf: bool = True, workers: int = 1) -> EngineRequest:
+                   partitions: int | None = None, read_spark_conf: bool = True,
+                   workers: int | None = None) -> EngineRequest:
     """The engine flags, and the Spark settings unless ``read_spark_conf`` is False (the build does not read
     them for ``--in-process``, where a Spark flag is its usage error; statistics of queues never use them)."""
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise ConfigError("--workers", workers, "must be at least 1")
     spark = spark_settings(spark_conf, split_bytes=split_bytes, partitions=partitions, master=master) \
         if read_spark_conf else None
@@ -674,7 +675,7 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
                   overwrite: bool = False, strict: bool = False, in_process: bool = False, master: str | None = None,
                   spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
                   partitions: int | None = None, topic_config: str | os.PathLike | None = None,
-                  workers: int = 1) -> BuildRequest:
+                  workers: int | None = None) -> BuildRequest:
     """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
     ``--time-index`` flag spells it: None for the default, "none", or a directory; ``topic_config``: the
     broker's topics.json, whose BatchCQ topics get batch consume queues)."""

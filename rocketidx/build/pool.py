@@ -35,6 +35,16 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# From this many bytes to read, an in-process build takes a worker per core by default: below it the one pass is
+# about as fast and the pool's start (forks, the plan's bisection) is not worth it (docs/benchmarks.md).
+WORKERS_FROM_BYTES = 256 << 20
+
+
+def default_workers(work_bytes: int) -> int:
+    """``--workers`` when not given: one per core for a read of at least :data:`WORKERS_FROM_BYTES`, else 1."""
+    return available_cores() if work_bytes >= WORKERS_FROM_BYTES else 1
+
+
 def _run(workers: int, fn, calls: list[tuple], done: Callable[[int], None] | None = None) -> list:
     """``fn(*args)`` for each of ``calls`` on up to ``workers`` forked processes, results in order; ``done(i)``
     as each call ``i`` finishes (from the pool's result thread)."""

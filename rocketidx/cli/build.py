@@ -39,7 +39,7 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     if engine_flag:
         b.add_argument("--workers", type=count_arg("--workers", 1), default=None,
                        help="processes an in-process build reads and writes with, each a share of the windows "
-                            "(default 1: one pass in this process)")
+                            "(default: one per core from 256 MiB to read, else 1: one pass in this process)")
     b.add_argument("--from-offset", type=count_arg("--from-offset"), default=None,
                    help="first CommitLog offset to index")
     b.add_argument("--to-offset", type=count_arg("--to-offset"), default=None,
@@ -78,7 +78,7 @@ def run_build(a: argparse.Namespace) -> int:
                             time_index=a.time_index, overwrite=a.overwrite, strict=a.strict,
                             in_process=a.in_process, master=a.master, spark_conf=a.spark_conf,
                             split_bytes=a.split_bytes, partitions=a.partitions, topic_config=a.topic_config,
-                            workers=getattr(a, "workers", None) or 1)
+                            workers=getattr(a, "workers", None))
     if a.in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
                                             ("spark_conf", "split_bytes", "partitions")):
         return 2

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from rocketidx.build.engine import Engine, data_bytes
+from rocketidx.build.pool import default_workers
 from rocketidx.build.summary import BuildSummary, unread
 from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import Segment, commitlog_dir, list_segments
@@ -70,9 +71,10 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     work = _work_bytes(r, segments)
     engine = engine_for(r.engine, work, in_process_only="batch consume queues (--topic-config) are built in process "
                                                         "for now" if cfg.batch_queues else None)
-    if engine.spark and r.engine.workers > 1:
+    if engine.spark and (r.engine.workers or 1) > 1:
         raise ConfigError("--workers", r.engine.workers, f"workers are the in-process engine's, and Spark runs this "
                                                          f"build ({engine.reason}); add --in-process")
+    workers = r.engine.workers or default_workers(work)
     t0 = time.monotonic()
     spark_stats = None
     if engine.spark:
@@ -81,12 +83,12 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
         from rocketidx.build.in_process import build_index_range
         manifest, summary = build_index_range(r.commitlog, r.out, cfg, from_offset=r.from_offset, to_offset=r.to_offset,
                                        from_time_ms=r.from_time_ms, to_time_ms=r.to_time_ms,
-                                       time_index=r.time_index, allow_empty=False, workers=r.engine.workers)
+                                       time_index=r.time_index, allow_empty=False, workers=workers)
     else:
         from rocketidx.build.in_process import build_index
         with progress.reading(work) as hook:
             manifest, summary = build_index(r.commitlog, r.out, cfg, segments=segments, time_index=r.time_index,
-                                     progress=hook, workers=r.engine.workers)
+                                     progress=hook, workers=workers)
     wall = time.monotonic() - t0
     left_bytes, left_segments = unread(segments, summary.stop)
     return BuildResult(manifest, summary, engine, tuple(segments), wall, left_bytes, left_segments, spark_stats,
