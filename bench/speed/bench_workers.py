@@ -1,7 +1,7 @@
 """The in-process engine on every core (issue 35, Must show 3): ``rocketidx build --in-process --workers 2``
 against ``--workers 1``, whole processes, paired round by round in one run (so a machine's drift hits both), on
 store-6m with ``--targets index`` and ``--targets index,consumequeue``; medians and the ratio (target: at least
-1.7x). With ``--oracle-build DIR`` (a build of ``../shared/oracle``: see its README), RocketMQ's own
+1.7x). With ``--oracle-build DIR`` (a build of the RocketMQ oracle of the team's shared reference tools), RocketMQ's own
 ``oracle.IndexBuild`` warm loop on the 1.79 GB yardstick store-1g against the 2-worker build of it, whole process,
 paired (target: at least 1.8x). Every store-6m build's files are compared with the first one's.
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--oracle-build", default=None,
-                    help="a build of ../shared/oracle (its ORACLE_BUILD directory, with cp.txt): RocketMQ's own "
+                    help="a build of the shared RocketMQ oracle (its ORACLE_BUILD directory, with cp.txt): its "
                          "IndexBuild on store-1g, paired with the workers' build round by round")
     a = ap.parse_args(argv)
     results: dict = {}
