@@ -9,6 +9,8 @@ Why a break-even: a local Spark session costs seconds of JVM start and a first j
 byte, then reads with every core; the in-process core reads at several hundred MB/s on one. Below the
 break-even the single process finishes first; ``make bench`` measures where the two meet on this
 machine (``bench/speed/bench_engine.py``), and the default in ``conf/spark.json`` is that figure.
+A build runs in process on a worker per core (:mod:`rocketidx.build.pool`): with every core in use the two
+engines no longer meet on one machine, so for a build the size picks nothing (``workers``).
 """
 from __future__ import annotations
 
@@ -55,11 +57,14 @@ def check_master(master: str) -> None:
 
 def choose_engine(work_bytes: int, *, in_process: bool = False, master: str | None = None,
                   break_even: int = DEFAULT_BREAK_EVEN, spark_only: str | None = None,
-                  in_process_only: str | None = None) -> Engine:
+                  in_process_only: str | None = None, workers: int | None = None) -> Engine:
     """The engine for a command that reads ``work_bytes``.
 
     Flags decide first (spark-submit always means Spark); ``spark_only``/``in_process_only`` name a
-    reason one engine cannot run this command (e.g. a URI output); otherwise the size decides.
+    reason one engine cannot run this command (e.g. a URI output); otherwise the size decides, against
+    ``break_even``. ``workers``: the command runs in process on that many workers (a build), which a local
+    Spark session on the same machine does not beat at any size (docs/benchmarks.md, "In process on every
+    core"): the size then picks nothing, and only a flag or ``spark_only`` runs it on Spark.
     """
     if in_process and master:
         raise ConfigError("--in-process", master, "--in-process and --master exclude each other")
@@ -80,6 +85,9 @@ def choose_engine(work_bytes: int, *, in_process: bool = False, master: str | No
         return Engine(SPARK, spark_only)
     if in_process_only:
         return Engine(IN_PROCESS, in_process_only)
+    if workers is not None:
+        return Engine(IN_PROCESS, f"{human_bytes(work_bytes)} to read, on {workers} worker(s): Spark on this one "
+                                  "machine does not beat them at any size; --master M runs it on a cluster")
     if work_bytes >= break_even:
         return Engine(SPARK, f"{human_bytes(work_bytes)} to read, at least the break-even "
                              f"{human_bytes(break_even)} (engine_break_even in conf/spark.json)")

@@ -217,6 +217,6 @@ def add_parser(sub) -> None:
     add_build_arguments(sub.add_parser(
         "build", help="build the index of a CommitLog into OUT/index and OUT/_manifest.json",
         description="Build the broker's IndexFiles of a CommitLog into OUT/index, with OUT/_manifest.json, and "
-                    "commit them atomically. Runs in this process or on Spark, the same bytes either way: the engine "
-                    "is chosen by the bytes to read (engine_break_even in conf/spark.json) unless --in-process or "
-                    "--master says which."))
+                    "commit them atomically. Runs in this process (on --workers) or on Spark, the same bytes either "
+                    "way: in process unless --master or spark-submit says Spark (a local Spark session does not "
+                    "beat the workers at any size), or a URI output is too large to stage in local scratch space."))

@@ -51,13 +51,17 @@ def package_version() -> str:
 
 
 def add_engine_arguments(p: argparse.ArgumentParser, what: str, spark_conf: str | None, engine_flag: bool) -> None:
-    """``--in-process`` (where offered) and the Spark flags, as build and backfill both take them."""
+    """``--in-process`` (where offered) and the Spark flags, as build and backfill both take them. A build's
+    default engine is in process (its workers); a backfill's is chosen by size (docs/cli.md, "Engines")."""
     if engine_flag:
         p.add_argument("--in-process", action="store_true",
                        help=f"{what} in this Python process with the core alone, no Spark (small stores, no JVM)")
+    default = ("in process, on --workers: a local Spark session does not beat them at any size, so the size picks "
+               "no engine for a build (a URI output too large to stage in local scratch space: Spark on local[*])"
+               if what == "build" else
+               "chosen by size: in process below engine_break_even in --spark-conf, else Spark on local[*]")
     p.add_argument("--master", default=None,
-                   help="run on Spark with this master (default: the engine is chosen by size: in process below "
-                        "engine_break_even in --spark-conf, else Spark on local[*]; under spark-submit, its master)")
+                   help=f"run on Spark with this master (default: {default}; under spark-submit, its master)")
     p.add_argument("--spark-conf", default=spark_conf, help="Spark settings and split size (default conf/spark.json)")
     p.add_argument("--split-bytes", type=size_arg("--split-bytes"), default=None,
                    help="byte range per read task (default 128m)")

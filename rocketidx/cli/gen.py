@@ -53,9 +53,11 @@ def cmd_demo(a) -> int:
               f"({mb / spark.first_s:.0f} MB/s), a second build in the same session {spark.again_s:.2f}s "
               f"({mb / spark.again_s:.0f} MB/s); {spark.tasks} tasks, no shuffle; "
               f"files {'identical' if spark.identical else 'DIFFER'}")
-        print(f"  Spark's fixed cost (a JVM, Python workers) pays off from about {human_bytes(spark.break_even)} of "
-              "CommitLog on this kind of machine (engine_break_even in conf/spark.json); below that `rocketidx build` "
-              "picks the in-process engine by itself, and a cluster (spark-submit) always runs on Spark.")
+        print(f"  Spark's fixed cost (a JVM, Python workers) pays off against one in-process worker from about "
+              f"{human_bytes(spark.break_even)} of CommitLog on this kind of machine (engine_break_even in "
+              "conf/spark.json, which backfill, verify and stats go by); `rocketidx build` runs in process on a "
+              "worker per core, which a local Spark session does not beat at any size, and a cluster (spark-submit) "
+              "always runs on Spark.")
     print(f"files: {', '.join(f['name'] for f in core.manifest['files'])}")
     print("example queries (queryMsgByKey semantics, newest first):")
     for topic, key, offsets in demo.example_lookups(store, out):

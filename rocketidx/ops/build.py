@@ -11,6 +11,7 @@ range, ends in :func:`rocketidx.build.finish.finish_build`, so the files do not 
 """
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -69,12 +70,13 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     if r.filters or storage.is_remote(r.out):
         cfg.refuse_batch_queues("a range" if r.filters else "a remote output")
     work = _work_bytes(r, segments)
+    workers = r.engine.workers or default_workers(work)
     engine = engine_for(r.engine, work, in_process_only="batch consume queues (--topic-config) are built in process "
-                                                        "for now" if cfg.batch_queues else None)
+                                                        "for now" if cfg.batch_queues else None,
+                        spark_only=_staging_past_disk(r.out, work), workers=workers)
     if engine.spark and (r.engine.workers or 1) > 1:
         raise ConfigError("--workers", r.engine.workers, f"workers are the in-process engine's, and Spark runs this "
                                                          f"build ({engine.reason}); add --in-process")
-    workers = r.engine.workers or default_workers(work)
     t0 = time.monotonic()
     spark_stats = None
     if engine.spark:
@@ -93,6 +95,22 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
     left_bytes, left_segments = unread(segments, summary.stop)
     return BuildResult(manifest, summary, engine, tuple(segments), wall, left_bytes, left_segments, spark_stats,
                        round(peak_rss_kb() / 1024, 1))
+
+
+def _staging_past_disk(out: str, work_bytes: int) -> str | None:
+    """Why an in-process build cannot hold this output on this machine, or None: an in-process build of a URI
+    output stages the whole output in local scratch space first (rocketidx.output.target.built_here), and the
+    bytes to read stand for what it may need there (an index is smaller than its log); Spark's tasks upload
+    their files as they go."""
+    if not storage.is_remote(out):
+        return None
+    from rocketidx.output.target import scratch_dir
+    from rocketidx.units import human_bytes
+    free = shutil.disk_usage(scratch_dir()).free
+    if free >= work_bytes:
+        return None
+    return (f"the output is a URI, which an in-process build stages in {scratch_dir()} first: {human_bytes(free)} "
+            f"free there, {human_bytes(work_bytes)} to read")
 
 
 def _work_bytes(r: BuildRequest, segments) -> int:

@@ -15,14 +15,15 @@ from rocketidx.config import EngineRequest
 
 
 def engine_for(request: EngineRequest, work_bytes: int, *, spark_only: str | None = None,
-               in_process_only: str | None = None) -> Engine:
+               in_process_only: str | None = None, workers: int | None = None) -> Engine:
     """The engine for ``work_bytes`` under ``request``'s flags; ``spark_only``/``in_process_only`` name a
-    reason one engine cannot run the operation (verify's ``--spark`` is one: Spark whatever the size)."""
+    reason one engine cannot run the operation (verify's ``--spark`` is one: Spark whatever the size);
+    ``workers``: the operation runs in process on that many (a build), and the size picks no engine."""
     if request.spark_flag and spark_only is None:
         spark_only = "--spark"
     return choose_engine(work_bytes, in_process=request.in_process, master=request.master,
                          break_even=request.settings.break_even, spark_only=spark_only,
-                         in_process_only=in_process_only)
+                         in_process_only=in_process_only, workers=workers)
 
 
 @contextmanager

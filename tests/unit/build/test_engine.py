@@ -59,12 +59,28 @@ def test_data_bytes_counts_allocated_blocks_in_the_range(tmp_path):
     assert data_bytes(segments, from_offset=segments[1].base_offset) < whole
 
 
-def test_a_small_build_runs_in_process_and_says_why(capsys, tmp_path):
+def test_a_build_runs_in_process_and_says_why(capsys, tmp_path):
     rc = cli.main(["build", "--commitlog", str(GOLDEN_CASES[0] / "commitlog"), "--out", str(tmp_path / "o"),
                    "--hash-slots", "97", "--index-num", "400", "--timezone", "UTC", "--json"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert rc == 0 and out["engine"]["name"] == IN_PROCESS and "below the break-even" in out["engine"]["reason"]
-    assert out["spark"] is None
+    assert rc == 0 and out["engine"]["name"] == IN_PROCESS and "1 worker(s)" in out["engine"]["reason"]
+    assert "does not beat them at any size" in out["engine"]["reason"] and out["spark"] is None
+
+
+def test_workers_make_the_size_pick_no_engine_but_flags_still_decide():
+    assert choose_engine(10**15, workers=2).name == IN_PROCESS  # far past the break-even
+    assert choose_engine(10**15, break_even=100).name == SPARK  # one process: the size decides
+    assert choose_engine(1, workers=2, master="local[2]").name == SPARK
+    assert choose_engine(1, workers=2, spark_only="too large to stage").reason == "too large to stage"
+
+
+def test_a_uri_output_past_local_scratch_space_goes_to_spark(monkeypatch):
+    import shutil
+    from rocketidx.ops import build as ops_build
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10, 9, 1))
+    assert "stages in" in ops_build._staging_past_disk("s3://b/out", 2)
+    assert ops_build._staging_past_disk("s3://b/out", 1) is None
+    assert ops_build._staging_past_disk("/local/out", 10**15) is None
 
 
 def test_the_in_process_build_of_a_range_indexes_exactly_the_messages_in_it(tmp_path):

@@ -26,9 +26,11 @@ def test_every_command_has_a_description_and_every_option_a_help(name):
     assert " ".join(p.description.split()[:4]) in " ".join(p.format_help().split())
 
 
-def test_build_help_says_the_engine_is_chosen_by_size():
+def test_build_help_says_it_runs_in_process_and_backfill_by_size():
     text = " ".join(subcommands()["build"].format_help().split())
-    assert "default local[*]" not in text
+    assert "default local[*]" not in text and "engine_break_even" not in text
+    assert "does not beat the workers at any size" in text and "size picks no engine for a build" in text
+    text = " ".join(subcommands()["backfill"].format_help().split())
     assert "chosen by size" in text and "engine_break_even" in text
 
 
