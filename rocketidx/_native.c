@@ -630,12 +630,52 @@ static PyObject *native_plain_longs(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* index_put(slots, slot, first, prev) -> new_slots: IndexFile.putKey's chain for n entries whose slots are given,
+ * the first of them getting item index `first`: each entry's prev is the slot's value (0 where that is 0 or above the
+ * item count, as putKey treats it), and the slot then holds the entry's index. `slots` is the file's table in its
+ * byte order (big-endian int32). Returns how many entries found their slot empty (the header's hashSlotCount).
+ * One step per entry with random access to the table: the numpy version sorts the batch by slot instead. */
+static PyObject *native_index_put(PyObject *self, PyObject *args) {
+    Py_buffer slots, slot, prev;
+    long long first;
+    if (!PyArg_ParseTuple(args, "w*y*Lw*", &slots, &slot, &first, &prev))
+        return NULL;
+    unsigned char *S = (unsigned char *)slots.buf;
+    Py_ssize_t n_slots = slots.len / 4, n = slot.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *K = slot.buf;
+    int64_t *P = prev.buf;
+    long long empty = 0;
+    Py_ssize_t bad = -1;
+    if (prev.len / (Py_ssize_t)sizeof(int64_t) < n) n = prev.len / (Py_ssize_t)sizeof(int64_t);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = K[i];
+        if (s < 0 || s >= n_slots) { bad = i; break; }
+        unsigned char *at = S + 4 * s;
+        int64_t v = (int32_t)be32(at), index = first + i;
+        if (v <= 0 || v > index) { v = 0; empty++; }
+        P[i] = v;
+        at[0] = (unsigned char)(index >> 24); at[1] = (unsigned char)(index >> 16);
+        at[2] = (unsigned char)(index >> 8); at[3] = (unsigned char)index;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&slots);
+    PyBuffer_Release(&slot);
+    PyBuffer_Release(&prev);
+    if (bad >= 0) {
+        PyErr_Format(PyExc_ValueError, "index_put: entry %zd has no slot", bad);
+        return NULL;
+    }
+    return PyLong_FromLongLong(empty);
+}
+
 static PyMethodDef methods[] = {
     {"scan", native_scan, METH_VARARGS, "Walk and check CommitLog records; see the module comment."},
     {"entries", native_entries, METH_VARARGS, "Index entries and Java key hashes of scanned records."},
     {"scan_entries", native_scan_entries, METH_VARARGS, "scan and entries fused, one pass over the bytes."},
     {"light_units", native_light_units, METH_VARARGS, "Light-queue units of records with plain lists."},
     {"plain_longs", native_plain_longs, METH_VARARGS, "Plain decimal longs at ranges of a buffer."},
+    {"index_put", native_index_put, METH_VARARGS, "IndexFile.putKey's slot chains for a batch of entries."},
     {NULL, NULL, 0, NULL},
 };
 

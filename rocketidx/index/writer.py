@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from rocketidx.commitlog.keys import slot_of
+from rocketidx.commitlog.native import kernel
 from rocketidx.errors import ConfigError
 from rocketidx.index.reader import Header
 import rocketidx.layout as L
@@ -60,6 +61,38 @@ class _OpenFile:
     header: Header
     slots: np.ndarray  # the whole slot table, kept in the file's byte order so a flush writes it as is
     created_with: tuple[int, int]
+
+
+def _chains(slots: np.ndarray, slot: np.ndarray, first: int) -> tuple[np.ndarray, int]:
+    """``putKey``'s chains for a batch whose first entry gets item index ``first`` (the numpy reference of the
+    kernel's ``index_put``): each entry's prev (the slot's value, 0 where that is 0 or above the item count)
+    and how many found their slot empty; ``slots`` is updated to hold each slot's newest entry.
+
+    Within the batch each item links to the previous item of its slot; the first item of a slot links to what
+    the table held. One sort of (slot, position) keys gives the groups in order (a value sort of int64 is ~5x
+    faster than a stable argsort here)."""
+    n = len(slot)
+    key = np.sort((slot << 32) | np.arange(n, dtype=np.int64))
+    s_sorted = key >> 32
+    order = key & 0xFFFFFFFF
+    new_group = np.empty(n, bool)
+    new_group[0] = True
+    np.not_equal(s_sorted[1:], s_sorted[:-1], out=new_group[1:])
+    prev_sorted = np.empty(n, np.int64)
+    prev_sorted[1:] = order[:-1] + first
+    heads = s_sorted[new_group]
+    slot_values = slots[heads].astype(np.int64)
+    # A head's value came before the batch, so it is at most first - 1 in a table this writer keeps; the
+    # kernel's per-entry test against first + i gives the same.
+    slot_values[(slot_values <= L.INVALID_INDEX) | (slot_values > first)] = L.INVALID_INDEX
+    prev_sorted[new_group] = slot_values
+    prev = np.empty(n, np.int64)
+    prev[order] = prev_sorted
+    last_of_group = np.empty(n, bool)
+    last_of_group[-1] = True
+    last_of_group[:-1] = new_group[1:]
+    slots[s_sorted[last_of_group]] = order[last_of_group] + first
+    return prev, int((slot_values == L.INVALID_INDEX).sum())
 
 
 def at_or_above_end(phy: np.ndarray, end_phy_offset: int) -> np.ndarray:
@@ -182,32 +215,21 @@ class WindowWriter:
 
     def _put(self, phy: np.ndarray, kh: np.ndarray, ts: np.ndarray) -> None:
         f = self.current
+        n = len(phy)
+        first = f.header.index_count
+        slot = slot_of(kh, self.hash_slot_num)
+        if kernel is not None:  # putKey's own loop, compiled: one step per entry
+            prev = np.empty(n, np.int64)
+            new_slots = kernel.index_put(f.slots, np.ascontiguousarray(slot, np.int64), first, prev)
+        else:
+            prev, new_slots = _chains(f.slots, slot, first)
+        self._write_items(f, phy, kh, ts, prev, new_slots)
+
+    def _write_items(self, f, phy: np.ndarray, kh: np.ndarray, ts: np.ndarray, prev: np.ndarray,
+                     new_slots: int) -> None:
         h = f.header
         n = len(phy)
         first = h.index_count
-        slot = slot_of(kh, self.hash_slot_num)
-        # Chains: within the batch each item links to the previous item of its slot; the first item of
-        # a slot links to what the slot table held (0 = empty). One sort of (slot, position) keys gives
-        # the groups in order (a value sort of int64 is ~5x faster than a stable argsort here).
-        key = np.sort((slot << 32) | np.arange(n, dtype=np.int64))
-        s_sorted = key >> 32
-        order = key & 0xFFFFFFFF
-        new_group = np.empty(n, bool)
-        new_group[0] = True
-        np.not_equal(s_sorted[1:], s_sorted[:-1], out=new_group[1:])
-        prev_sorted = np.empty(n, np.int64)
-        prev_sorted[1:] = order[:-1] + first
-        heads = s_sorted[new_group]
-        slot_values = f.slots[heads].astype(np.int64)
-        slot_values[(slot_values <= L.INVALID_INDEX) | (slot_values > first)] = L.INVALID_INDEX
-        prev_sorted[new_group] = slot_values
-        prev = np.empty(n, np.int64)
-        prev[order] = prev_sorted
-        last_of_group = np.empty(n, bool)
-        last_of_group[-1] = True
-        last_of_group[:-1] = new_group[1:]
-        f.slots[s_sorted[last_of_group]] = order[last_of_group] + first
-
         items = np.empty(n, L.INDEX_ITEM)
         items["key_hash"] = kh
         items["phy_offset"] = phy
@@ -221,7 +243,6 @@ class WindowWriter:
         # Positional writes, not a mapping: dirty mapped pages would count against the task's memory.
         os.pwrite(f.fd, items, self.items_at + first * L.INDEX_ITEM.itemsize)
 
-        new_slots = int((slot_values == L.INVALID_INDEX).sum())
         f.header = Header(
             begin_timestamp=int(ts[0]) if first <= L.FIRST_INDEX else h.begin_timestamp,
             end_timestamp=int(ts[-1]),
