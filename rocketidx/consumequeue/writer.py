@@ -95,6 +95,8 @@ class _Queue:
         """``data`` at logical offset ``at``: kept with the waiting bytes it continues, written when they are
         many (or first those, when it does not continue them). Returns how many bytes more are waiting."""
         before = self.waiting_bytes
+        # A queue's writes follow its write position, so each continues the last; this keeps a write elsewhere
+        # correct should a caller ever make one.
         if self.waiting and at != self.waiting_at + self.waiting_bytes:
             self.flush()
             before = 0
