@@ -57,7 +57,7 @@ def _run(argv: list[str] | None) -> int:
                                 to_time_ms=a.to_time, time_index=a.time_index, overwrite=a.overwrite,
                                 strict=a.strict, master=a.master, spark_conf=a.spark_conf,
                                 split_bytes=a.split_bytes, partitions=a.partitions,
-                                topic_config=a.topic_config)
+                                topic_config=a.topic_config, full=a.full)
         return report_build(request, as_json=a.json)
     return exit_code("nightly_rebuild", run, "the previous output is unchanged")
 

@@ -657,6 +657,7 @@ class BuildRequest:
     broker_conf: str | None = None
     release: BrokerRelease = BrokerRelease(None, "5.x", False)
     engine: EngineRequest = EngineRequest()
+    full: bool = False  # read the whole log even where the output's earlier build could be brought up to date
 
     @property
     def filters(self) -> dict:
@@ -675,7 +676,7 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
                   overwrite: bool = False, strict: bool = False, in_process: bool = False, master: str | None = None,
                   spark_conf: str | os.PathLike | None = None, split_bytes: int | None = None,
                   partitions: int | None = None, topic_config: str | os.PathLike | None = None,
-                  workers: int | None = None) -> BuildRequest:
+                  workers: int | None = None, full: bool = False) -> BuildRequest:
     """A :class:`BuildRequest` from a command's or a job's values (None: not given; ``time_index`` as the
     ``--time-index`` flag spells it: None for the default, "none", or a directory; ``topic_config``: the
     broker's topics.json, whose BatchCQ topics get batch consume queues)."""
@@ -691,7 +692,7 @@ def build_request(commitlog: str | os.PathLike, out: str | os.PathLike, *, conf:
         time_index_dir(setting, out), setting not in (None, TIME_INDEX_AUTO), overwrite, strict,
         None if broker_conf is None else str(broker_conf), release,
         engine_request(in_process=in_process, master=master, spark_conf=spark_conf, split_bytes=split_bytes,
-                       partitions=partitions, read_spark_conf=not in_process, workers=workers))
+                       partitions=partitions, read_spark_conf=not in_process, workers=workers), full)
 
 
 # --- statistics ---------------------------------------------------------------------------------------------

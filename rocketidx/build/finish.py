@@ -184,6 +184,11 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
         manifest["filters"] = kept
     if queues is not None:
         manifest["consumequeues"] = summary.consumequeue = queues
+    if not kept and read_from is None and name_after is None and resolved.stops:
+        from rocketidx.build.incremental import KEY, record
+        rec = record(config, segments, list(resolved.stops))
+        if rec is not None:
+            manifest[KEY] = rec
     return output.commit(staging, files, manifest, config.tzinfo, name_after=name_after, sources=sources)
 
 

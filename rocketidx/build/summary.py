@@ -35,6 +35,8 @@ class BuildSummary:
     phy_mismatch: dict | None = None  # first record whose PHYSICALOFFSET is not its position: segment, offset
     consumequeue: dict | None = None  # with --targets consumequeue: queues, files, entries, what the rules dropped
     reader: str | None = None  # kernel, numpy or mixed: what the reads ran (rocketidx.commitlog.native.readers_of)
+    # An incremental build's account (rocketidx.build.incremental.Reuse), or a full build's reason not to be one
+    incremental: dict | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)

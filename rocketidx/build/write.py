@@ -62,8 +62,10 @@ class WrittenWindow:
 class WindowSet:
     """Routes entries to per-window writers, keeping at most ``max_open`` slot tables in memory."""
 
-    def __init__(self, where: Callable[[], str], sizes: WriterSizes, max_open: int):
+    def __init__(self, where: Callable[[], str], sizes: WriterSizes, max_open: int,
+                 start: Callable[[WindowWriter], None] | None = None):
         self.where, self.sizes, self.max_open = where, sizes, max_open  # where: the directory, asked once needed
+        self.start = start  # called with each new writer before its first entry (an incremental build's carry)
         self.directory: str | None = None
         self.open: OrderedDict[int, WindowWriter] = OrderedDict()
 
@@ -87,6 +89,8 @@ class WindowSet:
             if self.directory is None:
                 self.directory = str(self.where())
             wr = WindowWriter(self.directory, w, self.sizes.window_ms, self.sizes.hash_slot_num, self.sizes.index_num)
+            if self.start is not None:
+                self.start(wr)
             self.open[w] = wr
         self.open.move_to_end(w)
         in_memory = [k for k, v in self.open.items() if v.current is not None]
@@ -110,7 +114,8 @@ class WindowSet:
 
 
 def write_windows(batches: Iterable[EntryBatch], dest, sizes: WriterSizes, *, max_open: int = 4,
-                  ordered: bool = False) -> Iterator[WrittenWindow]:
+                  ordered: bool = False, start: Callable[[WindowWriter], None] | None = None
+                  ) -> Iterator[WrittenWindow]:
     """Write the windows' IndexFiles from ``batches``; yields each window once its files are closed.
 
     ``dest``: a directory, or an object with ``local`` (the directory to write in) and ``publish(names)``
@@ -118,10 +123,11 @@ def write_windows(batches: Iterable[EntryBatch], dest, sizes: WriterSizes, *, ma
     a URI). ``ordered``: the batches come window after window (the shuffle plan's sorted partitions), so a
     window is finished, published and yielded as soon as a later one starts, and its files never wait for
     the end. On any error the open files are closed unfinished and the error raised: the caller discards
-    the directory.
+    the directory. ``start``: called with each window's writer before its first entry (an incremental build
+    continues a window's earlier files: :meth:`rocketidx.index.writer.WindowWriter.continue_after`).
     """
     local = isinstance(dest, (str, os.PathLike))
-    writers = WindowSet((lambda: dest) if local else (lambda: dest.local), sizes, max_open)
+    writers = WindowSet((lambda: dest) if local else (lambda: dest.local), sizes, max_open, start)
     publish = None if local else dest.publish
     latest = None  # ordered: the highest window seen
     try:

@@ -31,6 +31,9 @@ def add_build_arguments(b: argparse.ArgumentParser, *, conf: str | None = None, 
     b.add_argument("--overwrite", action="store_true",
                    help="replace an output that holds a build of another CommitLog directory, range, window or "
                         "sizes (default: refuse; a rebuild of the same kind needs no flag, even after the log grew)")
+    b.add_argument("--full", action="store_true",
+                   help="read the whole log (default: an output holding a build of the same log with the same "
+                        "settings is brought up to date from the bytes that changed)")
     b.add_argument("--strict", action="store_true",
                    help="exit 1 when reading stopped early (an invalid record or a zero tail before the end) "
                         "or a broker rule left entries out (PHYSICALOFFSET fields that are not their records' "
@@ -78,7 +81,7 @@ def run_build(a: argparse.Namespace) -> int:
                             time_index=a.time_index, overwrite=a.overwrite, strict=a.strict,
                             in_process=a.in_process, master=a.master, spark_conf=a.spark_conf,
                             split_bytes=a.split_bytes, partitions=a.partitions, topic_config=a.topic_config,
-                            workers=getattr(a, "workers", None))
+                            workers=getattr(a, "workers", None), full=a.full)
     if a.in_process and spark_flag_misused(a, "build", "Spark (drop --in-process)",
                                             ("spark_conf", "split_bytes", "partitions")):
         return 2
@@ -199,6 +202,28 @@ def print_summary(s, targets: tuple[str, ...] = ("index",), unread_bytes: int = 
                                                 if any(cq["dropped"].values()) else ""))
     if s.stop:
         print(reading_ended(s.stop, unread_bytes))
+    said = incremental_line(s.incremental)
+    if said:
+        print(said)
+
+
+def incremental_line(inc: dict | None) -> str | None:
+    """What an incremental build reused and read, or why a build of an earlier output was a full one."""
+    if not inc:
+        return None
+    if "full" in inc:
+        return f"built in full: {inc['full']}"
+    parts = [f"incremental: {inc['why']}"]
+    if inc["why"] != "nothing changed":
+        parts.append(f"read {inc['bytes_read']:,} bytes from offset {inc['read_from']:,}")
+    parts.append(f"index files carried {inc['files_carried']}, written {inc['files_written']}")
+    if inc.get("windows_rebuilt") or inc.get("windows_dropped"):
+        parts.append(f"windows rebuilt {inc['windows_rebuilt']}, dropped {inc['windows_dropped']}")
+    if inc.get("queue_files_carried") or inc.get("queue_files_written"):
+        parts.append(f"queue files carried {inc['queue_files_carried']}, written {inc['queue_files_written']}")
+    if inc.get("copied"):
+        parts.append(f"{inc['copied']} carried by copying (the filesystem refused hard links)")
+    return "; ".join(parts)
 
 
 def reading_ended(stop: dict, unread_bytes: int) -> str:

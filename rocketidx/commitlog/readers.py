@@ -51,8 +51,12 @@ class RangeReader:
     """
 
     def __init__(self, buf, rng: SegmentRange, *, check_crc: bool = True,
-                 batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None, on_records=None):
+                 batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None, on_records=None,
+                 at_record: bool = False):
         self.buf, self.range, self.check_crc, self.batch_records = buf, rng, check_crc, batch_records
+        # at_record: the range starts where a record does (or where the log's data ends), as an earlier read of
+        # the same log found it; the read judges the bytes there as a record, with no search for one
+        self.at_record = at_record
         self.native = native
         self.on_records = on_records  # called with (segment, records array) for every batch scanned
         self.stop: ReadStop | None = None
@@ -60,7 +64,7 @@ class RangeReader:
 
     def _chunks(self, scan):
         seg, start, end = self.range.segment, self.range.start, self.range.end
-        first = find_first_record(self.buf, seg, start, end)
+        first = start if self.at_record else find_first_record(self.buf, seg, start, end)
         if first is None:
             self.stop = ReadStop(seg.path, seg.base_offset, end if end < seg.size else seg.size,
                                  STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
@@ -126,8 +130,10 @@ class CommitLogReader:
 
     def __init__(self, segments: list[Segment], *, check_crc: bool = True,
                  batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None,
-                 start_offset: int | None = None, end_offset: int | None = None, on_records=None):
+                 start_offset: int | None = None, end_offset: int | None = None, on_records=None,
+                 start_at_record: bool = False):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.start_at_record = start_at_record  # start_offset is where a record starts (RangeReader's at_record)
         self.on_records = on_records  # see RangeReader
         self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
         self.end_offset = end_offset  # absolute; only records starting before it are read
@@ -149,7 +155,8 @@ class CommitLogReader:
                 start = self.start_offset - seg.base_offset
             end = seg.size if self.end_offset is None else min(seg.size, self.end_offset - seg.base_offset)
             reader = RangeReader(buf, SegmentRange(seg, start, end), check_crc=self.check_crc,
-                                 batch_records=self.batch_records, native=self.native, on_records=self.on_records)
+                                 batch_records=self.batch_records, native=self.native, on_records=self.on_records,
+                                 at_record=self.start_at_record and start > 0)
             for item in (reader.entry_chunks() if entries else reader.record_chunks()):
                 recs = item[0] if entries else item
                 self.records += len(recs)

@@ -134,9 +134,12 @@ class _Queue:
 class ConsumeQueueWriter:
     """Writes every queue of a CommitLog under ``directory`` (``OUT/<version>/consumequeue``)."""
 
-    def __init__(self, directory: str, file_size: int):
+    def __init__(self, directory: str, file_size: int, resume=None):
         self.directory, self.file_size = directory, file_size
         self.queues: dict[tuple[str, int], _Queue] = {}
+        # resume(topic, queue_id, queue): called with a queue the writer meets first, before its first entry: an
+        # incremental build puts the queue's earlier state and files in place (rocketidx.build.incremental).
+        self.resume = resume
         # What the rules dropped, and the records outside the contract: a negative QUEUEOFFSET would name a
         # file by a negative offset in the broker; it is skipped here and counted (docs/formats.md,
         # "ConsumeQueue entries").
@@ -164,6 +167,8 @@ class ConsumeQueueWriter:
                 check_topic(topic, seg, int(d.position[first]))
                 queue = self.queues[(topic, qid)] = _Queue(os.path.join(self.directory, topic, str(qid)),
                                                             self.file_size)
+                if self.resume is not None:
+                    self.resume(topic, qid, queue)
             queues.append(queue)
         runs = self._runs(d, order, starts, queues)
         units = np.empty(len(order), L.CQ_UNIT)

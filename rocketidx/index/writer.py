@@ -128,11 +128,25 @@ class WindowWriter:
         self.skipped_below_end = 0
         self.first_skipped_at: int | None = None  # CommitLog offset of the first record a skip hit
         self.entries = 0
+        self.seq0 = 0  # the sequence number of this writer's first file (an incremental build carries earlier ones)
+        self.seed: Header | None = None  # the header the next new file is seeded from (a carried full file's)
+
+    def continue_after(self, seq0: int, last: Header, open_path: str | None = None,
+                       created_with: tuple[int, int] = (0, 0)) -> None:
+        """Go on from a window's earlier files (an incremental build): ``last`` is the header of file
+        ``seq0`` - 1 when ``open_path`` is None (a full file: the next entry rolls over to a new file seeded from
+        it), else of the not-full file ``seq0`` already copied to ``open_path``, which takes the next entries."""
+        self.seq0 = seq0
+        self.end_phy_offset = last.end_phy_offset
+        if open_path is None:
+            self.seed = last
+        else:
+            self.suspended = (open_path, last, created_with)
 
     # -- files ----------------------------------------------------------------------------------
 
     def _new_file(self, seed: Header | None) -> None:
-        seq = len(self.files) + (1 if self.current is not None else 0)
+        seq = self.seq0 + len(self.files) + (1 if self.current is not None else 0)
         from rocketidx.index.windows import staging_name
         path = os.path.join(self.directory, staging_name(self.window_id, seq, self.window_ms))
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -154,7 +168,7 @@ class WindowWriter:
         os.fdatasync(f.fd)
         os.close(f.fd)
         self.files.append(FileInfo(os.path.basename(f.path), self.window_id, self.window_id * self.window_ms,
-                                   len(self.files), f.header, *f.created_with))
+                                   self.seq0 + len(self.files), f.header, *f.created_with))
         self.current = None
 
     def _flush(self, f: _OpenFile) -> None:
@@ -201,7 +215,8 @@ class WindowWriter:
         lo = 0
         while lo < len(phy):
             if self.current is None:
-                self._new_file(None)
+                self._new_file(self.seed)
+                self.seed = None
             elif self.current.header.index_count >= self.index_num:
                 full = self.current.header
                 self._finish_file()
@@ -281,7 +296,7 @@ class WindowWriter:
             finally:
                 os.close(fd)
             self.files.append(FileInfo(os.path.basename(path), self.window_id, self.window_id * self.window_ms,
-                                       len(self.files), header, *created))
+                                       self.seq0 + len(self.files), header, *created))
             self.suspended = None
         if self.current is not None:
             self._finish_file()

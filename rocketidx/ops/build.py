@@ -11,17 +11,18 @@ range, ends in :func:`rocketidx.build.finish.finish_build`, so the files do not 
 """
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass
 
-from rocketidx.build.engine import Engine, data_bytes
+from rocketidx.build.engine import IN_PROCESS, Engine, data_bytes
 from rocketidx.build.pool import default_workers
 from rocketidx.build.summary import BuildSummary, unread
 from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import Segment, commitlog_dir, list_segments
 from rocketidx.config import BuildRequest
-from rocketidx.errors import ConfigError
+from rocketidx.errors import ConfigError, RocketIdxError
 from rocketidx.ops.engine import engine_for
 from rocketidx.ops.progress import SILENT, Progress
 from rocketidx.output import safety
@@ -69,6 +70,11 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
                                                  cfg.queue_file_size if cfg.consumequeue else None), r.overwrite)
     if r.filters or storage.is_remote(r.out):
         cfg.refuse_batch_queues("a range" if r.filters else "a remote output")
+    incremental_why = None
+    if not r.full:
+        done, incremental_why = _incremental(r, segments, progress)
+        if done is not None:
+            return done
     work = _work_bytes(r, segments)
     workers = r.engine.workers or default_workers(work)
     engine = engine_for(r.engine, work, in_process_only="batch consume queues (--topic-config) are built in process "
@@ -92,9 +98,40 @@ def _build(request: BuildRequest, progress: Progress | None) -> BuildResult:
             manifest, summary = build_index(r.commitlog, r.out, cfg, segments=segments, time_index=r.time_index,
                                      progress=hook, workers=workers)
     wall = time.monotonic() - t0
+    if incremental_why:
+        summary.incremental = {"full": incremental_why}
     left_bytes, left_segments = unread(segments, summary.stop)
     return BuildResult(manifest, summary, engine, tuple(segments), wall, left_bytes, left_segments, spark_stats,
                        round(peak_rss_kb() / 1024, 1))
+
+
+def _incremental(r: BuildRequest, segments, progress: Progress) -> tuple[BuildResult | None, str | None]:
+    """The output brought up to date from what changed in the log (:mod:`rocketidx.build.incremental`), in this
+    process: (its result, None); or (None, why a full build), None when the output holds no earlier build."""
+    from rocketidx.build import incremental
+    from rocketidx.output.manifest import Manifest
+    remote = storage.is_remote(r.out)
+    try:
+        previous = None if remote or not os.path.isdir(r.out) else Manifest.read(r.out)
+    except RocketIdxError as e:
+        return None, f"the output's manifest cannot be read ({e})"
+    if previous is None and not remote:
+        return None, None
+    change, why = incremental.plan(previous, r.config, segments, filters=r.filters, remote_out=remote)
+    if change is None:
+        return None, why
+    t0 = time.monotonic()
+    work = max(0, change.log_end - change.read_from)
+    try:
+        with progress.reading(work) as hook:
+            manifest, summary = incremental.build_incremental(r.commitlog, r.out, r.config, change, segments=segments,
+                                                              time_index=r.time_index, progress=hook)
+    except incremental.FullBuild as e:
+        return None, str(e)
+    engine = Engine(IN_PROCESS, "an incremental build reads what changed, in this process")
+    left_bytes, left_segments = unread(segments, summary.stop)
+    return BuildResult(manifest, summary, engine, tuple(segments), time.monotonic() - t0, left_bytes, left_segments,
+                       None, round(peak_rss_kb() / 1024, 1)), None
 
 
 def _staging_past_disk(out: str, work_bytes: int) -> str | None:

@@ -137,7 +137,8 @@ def order_files(files: list[FileInfo]) -> list[FileInfo]:
 
 
 def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileInfo], manifest: dict, tz,
-           name_after: str | None = None, sources: dict[str, str] | None = None) -> dict:
+           name_after: str | None = None, sources: dict[str, str] | None = None,
+           fixed_names: dict[str, str] | None = None) -> dict:
     """Name the staged files, write the manifest, then point ``OUT/current`` at the new version.
 
     ``files`` are the staged files in ``staging/index`` (any order), or wherever ``sources`` (staged name ->
@@ -145,15 +146,21 @@ def commit(out: str | os.PathLike, staging: str | os.PathLike, files: list[FileI
     the ``files`` rows. Anything else in the version directory (task scratch directories) is removed before
     the commit point. Returns the manifest written, as plain JSON values (what ``build_index`` returns).
     A Ctrl-C or SIGTERM meanwhile waits until the commit is finished (:func:`rocketidx.interrupts.deferred`).
+    ``fixed_names``: staged name -> committed name of files that keep the name an earlier build gave them (an
+    incremental build's carried prefix of a one-sequence output); they come first, the others are named after.
     """
     with interrupts.deferred():
-        return _commit(Path(out), Path(staging), files, manifest, tz, name_after, sources)
+        return _commit(Path(out), Path(staging), files, manifest, tz, name_after, sources, fixed_names or {})
 
 
 def _commit(out: Path, staging: Path, files: list[FileInfo], manifest: dict, tz, name_after: str | None,
-            sources: dict[str, str] | None) -> dict:
+            sources: dict[str, str] | None, fixed: dict[str, str]) -> dict:
     files = order_files(files)
-    names = assign_file_names([f.header.begin_timestamp for f in files], tz, after=name_after)
+    kept = [fixed[f.name] for f in files[:len(fixed)] if f.name in fixed]
+    if len(kept) != len(fixed):
+        raise StoreLayoutError(str(staging), "files that keep their names must come first")
+    names = kept + assign_file_names([f.header.begin_timestamp for f in files[len(kept):]], tz,
+                                     after=kept[-1] if kept else name_after)
     rows = []
     for f, name in zip(files, names):
         src = Path((sources or {}).get(f.name, staging / INDEX_DIR / f.name))
@@ -241,8 +248,9 @@ class LocalOutput:
             self.remove(staging.path)
 
     def commit(self, staging: Staging, files: list[FileInfo], manifest: dict, tz, name_after: str | None = None,
-               sources: dict[str, str] | None = None) -> dict:
-        return commit(self.out, staging.path, files, manifest, tz, name_after=name_after, sources=sources)
+               sources: dict[str, str] | None = None, fixed_names: dict[str, str] | None = None) -> dict:
+        return commit(self.out, staging.path, files, manifest, tz, name_after=name_after, sources=sources,
+                      fixed_names=fixed_names)
 
     def read_manifest(self) -> dict | None:
         from rocketidx.output.open import _pinned

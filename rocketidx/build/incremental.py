@@ -1,0 +1,856 @@
+"""Incremental builds: an output that holds a build of the same CommitLog is brought up to date from what changed.
+
+In: the output's committed manifest (its ``incremental`` record: the settings that change bytes, and per
+segment read its size, where the read ended and why, and CRCs of the 64 KiB before that end and of its first
+64 KiB), the log as it is now, the build's settings. Out: a new committed version of the output, or the reason
+a full build is needed (:func:`plan`).
+
+How the log changed (:func:`find_change`): segments before the log's first one now went to retention; each
+segment the earlier build read is the same up to where that read ended when its size allows it and its CRCs
+match; reading starts at the first segment that is not the same (from its first byte), or where the earlier
+read ended (a segment the broker appended to since, the next segment). The bytes read are those plus what the
+files they touch need:
+
+* the index, windowed: a window whose entries all lie before the log's first offset goes; a window with
+  entries before it, or (a rewritten tail) at or past where reading starts, is built again from its entries,
+  found through the time index (every block whose store times reach the window); every other window that gets
+  new entries goes on from its last file (copied, then appended to), and its full files are carried;
+* the index, one sequence (window 0, the broker's own layout): files a broker's retention deletes go (every
+  file but the last whose endPhyOffset is below the log's first offset, up to the first that is not); a
+  rewritten tail rebuilds from the first file holding an entry at or past where reading starts, read from
+  its predecessor's last message on;
+* the ConsumeQueues: a queue that gets new entries goes on from its last file; a rewritten tail cuts each
+  queue where its first entry at or past the rewrite is (what the broker's recovery does); retention, in a
+  windowed output, blanks each queue's slots before its first message still in the log (what a full build
+  of the log writes), in a one-sequence output deletes the files a broker's retention deletes.
+
+Stays true: files whose inputs did not change are hard links to the earlier version's (a copy where the
+filesystem cannot link, said in the summary); a file that changes is written anew in the new version, never
+linked and then written, so the earlier version stays intact until the new one is committed, and a kill
+leaves it as it was. Where the rules above cannot be shown to give a full build's bytes (the broker's queue
+rules dropped records, a record's PHYSICALOFFSET that is not its position, a queue whose first message left
+is not at its own slot), the build is a full one and says why.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import rocketidx.layout as L
+from rocketidx.build.summary import BuildSummary, manifest_header
+from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
+from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
+from rocketidx.commitlog.entries import entry_positions, rollback_count, tag_entries_on
+from rocketidx.commitlog.keys import slot_of
+from rocketidx.commitlog.readers import CommitLogReader, RangeReader, first_misplaced, peek_stop
+from rocketidx.commitlog.records import STOP_CORRUPT, STOP_END_OF_DATA
+from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment
+from rocketidx.commitlog.timeindex import DEFAULT_BLOCK_BYTES, BlockCollector, TimeIndexError, _fingerprint
+from rocketidx.commitlog import timeindex
+from rocketidx.config import BuildConfig
+from rocketidx.consumequeue.placement import UNIT, QueueState
+from rocketidx.consumequeue.writer import ConsumeQueueWriter, QueueInfo, file_name
+from rocketidx.index.reader import Header
+from rocketidx.index.windows import assign_windows, render_name, staging_name
+from rocketidx.index.writer import FileInfo, WindowWriter
+from rocketidx.output.local import LocalOutput, fsync_dir
+from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, INDEX_DIR, Manifest, ManifestFile
+import rocketidx.storage as storage
+
+log = logging.getLogger(__name__)
+
+KEY = "incremental"  # the manifest's record of what a later build needs
+UNKNOWN_TIME = -(2**62)  # a cut index file's end time while no entry has replaced it
+_FINAL = (STOP_END_OF_DATA, STOP_CORRUPT)
+
+
+# --- what a build records -----------------------------------------------------------------------------------
+
+def settings_of(config: BuildConfig) -> dict:
+    """Every setting that changes the bytes of an output, resolved: two builds whose settings are equal
+    write the same files from the same log. The time zone is recorded by what it makes of two instants
+    (its offset in winter and in summer), so ``local`` on another host with another zone differs."""
+    tz = config.tzinfo
+    return {"hash_slot_num": config.hash_slot_num, "index_num": config.index_num, "window_ms": config.window_ms,
+            "timezone": [render_name(0, tz), render_name(15_552_000_000, tz)], "check_crc": config.check_crc,
+            "targets": list(config.targets),
+            "queue_file_size": config.queue_file_size if config.consumequeue else None,
+            "delay_levels": config.delay_levels if config.consumequeue else None,
+            "light_queues": repr(config.light_queues) if config.consumequeue else None,
+            "batch_topics": list(config.batch_topics), "batch_file_size": config.batch_file_size,
+            "tag_entries": tag_entries_on()}
+
+
+def record(config: BuildConfig, segments: list[Segment], stops: list[dict]) -> dict | None:
+    """The manifest's ``incremental`` record of a whole log's build (None for a log behind a URI: its bytes are
+    not fingerprinted here, so a later build reads it in full)."""
+    by_name = {s.name: s for s in segments}
+    rows = []
+    for st in stops:
+        seg = by_name.get(st["segment"])
+        if seg is None or storage.is_remote(seg.path):
+            return None
+        end = st["segment_offset"]
+        head, tail = _fingerprint(open_segment(seg), end)
+        rows.append({"name": seg.name, "base_offset": seg.base_offset, "size": seg.size, "read_end": end,
+                     "kind": st["kind"], "head_crc": head, "tail_crc": tail})
+    return {"settings": settings_of(config), "log": rows}
+
+
+# --- what changed ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    """How the log changed since the earlier build: its first offset then and now, where the earlier read
+    ended, and where this one starts (``read_from``; at or past the log's end: nothing to read)."""
+
+    old_first: int
+    first: int
+    old_end: int
+    read_from: int
+    log_end: int
+    why: str
+    unchanged: bool = False  # reading stops where it stopped before, the same way
+
+    @property
+    def rewritten(self) -> bool:
+        """Bytes the earlier build read are not there any more (a crash restart rewrote the tail)."""
+        return self.read_from < self.old_end
+
+    @property
+    def retention(self) -> bool:
+        return self.first > self.old_first
+
+    @property
+    def nothing(self) -> bool:
+        return not self.rewritten and not self.retention and (self.unchanged or self.read_from >= self.log_end)
+
+
+def find_change(rows: list[dict], segments: list[Segment], check_crc: bool = True) -> Change:
+    """Compare the earlier build's record of the log (``rows``) with the segments there now."""
+    first = segments[0].base_offset if segments else 0
+    log_end = segments[-1].end_offset if segments else 0
+    old_first = rows[0]["base_offset"] if rows else first
+    last = rows[-1] if rows else None
+    old_end = last["base_offset"] + last["read_end"] if last else first
+    now = {s.base_offset: s for s in segments}
+    prev = None
+    for r in rows:
+        seg = now.get(r["base_offset"])
+        if seg is None or seg.name != r["name"]:
+            if seg is None and r["base_offset"] < first:
+                continue  # retention removed it
+            # The log was cut: what the earlier read went on to from the segment before is not there.
+            at = prev["base_offset"] + prev["read_end"] if prev else r["base_offset"]
+            return Change(old_first, first, old_end, at, log_end,
+                          f"segment {r['name']} is gone from inside the log: read again from {at}")
+        prev = r
+        if seg.size < r["read_end"] or _fingerprint(open_segment(seg), r["read_end"]) != (r["head_crc"], r["tail_crc"]):
+            return Change(old_first, first, old_end, r["base_offset"], log_end,
+                          f"segment {r['name']} changed in the bytes read before: read again from its start")
+        if r["kind"] in _FINAL:
+            # Reading stopped here for good: judged again on the bytes there now, the same stop means that nothing
+            # after it is read, now as then.
+            at = r["read_end"]
+            peeked = peek_stop(open_segment(seg), seg, at, check_crc) if at < seg.size else None
+            same = peeked is not None and peeked.kind == r["kind"] if at < seg.size else \
+                not any(s.base_offset > seg.base_offset for s in segments)
+            return Change(old_first, first, old_end, seg.base_offset + at, log_end,
+                          "the log ends where the earlier read ended" if same else
+                          "read from where the earlier read ended", unchanged=same)
+    after = [s.base_offset for s in segments if last is None or s.base_offset > last["base_offset"]]
+    start = after[0] if after else log_end
+    return Change(old_first, first, old_end, start, log_end,
+                  "new segments" if after else "nothing changed")
+
+
+def plan(previous: Manifest | None, config: BuildConfig, segments: list[Segment], *, filters: dict,
+         remote_out: bool) -> tuple[Change | None, str]:
+    """(the change to build from, '') when ``previous`` can be brought up to date, else (None, why a full
+    build)."""
+    if previous is None:
+        return None, "the output holds no earlier build"
+    if filters:
+        return None, "a range build is not incremental"
+    if remote_out:
+        return None, "incremental builds of a URI output are not supported yet"
+    rec = previous.header.get(KEY)
+    if not rec:
+        return None, "the earlier build's manifest does not record what an incremental build needs"
+    if config.batch_queues:
+        return None, "batch consume queues are built in full"
+    if any(storage.is_remote(s.path) for s in segments):
+        return None, "a CommitLog behind a URI is read in full"
+    now = settings_of(config)
+    differ = [k for k in now if rec["settings"].get(k) != now[k]]
+    if differ:
+        return None, "settings differ from the earlier build's: " + ", ".join(differ)
+    if previous.header.get("phy_mismatch"):
+        return None, "the earlier build met a record whose PHYSICALOFFSET is not its position"
+    if previous.header.get("below_end_phy_offset_skipped"):
+        return None, "the earlier build skipped entries below a file's endPhyOffset (store times out of order)"
+    if not segments:
+        return None, "the log has no segments"
+    change = find_change(rec["log"], segments, config.check_crc)
+    if change.read_from < change.first:
+        return None, "retention removed segments the earlier build had not read"
+    return change, ""
+
+
+# --- the build --------------------------------------------------------------------------------------------------
+
+class FullBuild(Exception):
+    """The incremental rules cannot show this output's bytes: build it in full (the message says why)."""
+
+
+@dataclass
+class Reuse:
+    """What the build carried and what it wrote, for the summary."""
+
+    read_from: int = 0
+    why: str = ""
+    files_carried: int = 0
+    files_written: int = 0
+    windows_rebuilt: int = 0
+    windows_dropped: int = 0
+    bytes_read: int = 0
+    queue_files_carried: int = 0
+    queue_files_written: int = 0
+    copied: int = 0  # carried files copied because a hard link was refused
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "extra"} | self.extra
+
+
+def carry(src: str, dst: str, reuse: Reuse) -> None:
+    """``src`` into the new version as ``dst``: a hard link, a copy where the filesystem refuses links."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+        reuse.copied += 1
+
+
+def _header(row: ManifestFile) -> Header:
+    return Header(row.begin_timestamp, row.end_timestamp, row.begin_phy_offset, row.end_phy_offset,
+                  row.hash_slot_count, row.index_count)
+
+
+def _info(row: ManifestFile, staged: str, created: tuple[int, int]) -> FileInfo:
+    return FileInfo(staged, row.window_id, row.window_start_ms, row.seq, _header(row), *created)
+
+
+def copy_index_file(src: str, dst: str, hash_slot_num: int, index_count: int) -> None:
+    """A new file with ``src``'s written bytes (header, slot table, items up to ``index_count``), sparse
+    elsewhere as the writer leaves files: the last file of a window that an incremental build appends to."""
+    size = os.path.getsize(src)
+    used = L.items_offset(hash_slot_num) + index_count * L.INDEX_ITEM.itemsize
+    with open(src, "rb") as fi, open(dst, "wb") as fo:
+        fo.truncate(size)
+        left, at = min(used, size), 0
+        while left:
+            buf = fi.read(min(left, 16 << 20))
+            fo.write(buf)
+            at += len(buf)
+            left -= len(buf)
+
+
+class _OldIndex:
+    """The earlier version's index files by window."""
+
+    def __init__(self, manifest: Manifest, directory: str):
+        self.directory = directory
+        self.windows: dict[int, list[ManifestFile]] = {}
+        for f in manifest.files:
+            self.windows.setdefault(f.window_id, []).append(f)
+        for rows in self.windows.values():
+            rows.sort(key=lambda r: r.seq)
+
+    def path(self, row: ManifestFile) -> str:
+        return os.path.join(self.directory, row.name)
+
+    def name_of(self, window: int, seq: int) -> str:
+        return next(r.name for r in self.windows[window] if r.seq == seq)
+
+
+def build_incremental(commitlog: str, out: str, config: BuildConfig, change: Change, *, segments: list[Segment],
+                      time_index: str | None, progress=None) -> tuple[dict, BuildSummary]:
+    """Bring ``out`` up to date with the log (see the module docstring). Raises :class:`FullBuild` before
+    anything is committed when the rules cannot show the bytes."""
+    t0 = time.monotonic()
+    output = LocalOutput(out)
+    summary = BuildSummary(segments=len(segments))
+    with output.lock():
+        previous = Manifest.read(out)
+        if change.nothing and previous.header.get("commitlog") == manifest_header(config, segments, summary)["commitlog"]:
+            # The log is as the earlier build read it: the committed version stays, untouched.
+            summary.files, summary.entries = len(previous.files), sum(f.entries for f in previous.files)
+            summary.windows = len({f.window_id for f in previous.files})
+            summary.stop, summary.consumequeue = previous.header.get("stop"), previous.header.get("consumequeues")
+            summary.wall_s = round(time.monotonic() - t0, 3)
+            summary.incremental = Reuse(read_from=change.read_from, why="nothing changed",
+                                        files_carried=len(previous.files)).as_dict()
+            return previous.to_dict(), summary
+        old_dir = os.path.join(output.out, os.readlink(os.path.join(output.out, CURRENT)))
+        staging = output.new_staging()
+        try:
+            manifest, reuse = _build(output, staging.path, old_dir, previous, config, change, segments, summary,
+                                     time_index, progress, t0)
+        except BaseException:
+            output.discard(staging)
+            raise
+    summary.incremental = reuse.as_dict()
+    return manifest, summary
+
+
+def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, config: BuildConfig,
+           change: Change, segments: list[Segment], summary: BuildSummary, time_index: str | None, progress,
+           t0: float) -> tuple[dict, Reuse]:
+    reuse = Reuse(read_from=change.read_from, why=change.why)
+    windowed = config.window_ms > 0
+    old = _OldIndex(previous, os.path.join(old_dir, INDEX_DIR))
+    index_dir = os.path.join(staging, INDEX_DIR)
+    sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms)
+    files: list[FileInfo] = []
+    sources: dict[str, str] = {}
+    fixed: dict[str, str] = {}
+    continuing: dict[int, tuple[int, Header, str | None, tuple[int, int]]] = {}  # window -> continue_after's args
+    rebuild: set[int] = set()
+    kept_names: dict[int, dict[int, str]] = {}  # one sequence: the earlier build's files that stay, by seq
+    if config.index:
+        rebuild, dropped = _plan_windows(old, change, windowed, reuse)
+        cut = _cut_sequence(old, change, segments, index_dir, config) if not windowed and change.rewritten else None
+        for w, rows in old.windows.items():
+            if w in rebuild or w in dropped:
+                continue
+            if cut is not None:
+                rows = cut
+            kept = _broker_retention(rows, change.first) if not windowed and change.retention else rows
+            if not kept:
+                continue
+            if not windowed:
+                kept_names[w] = {r.seq: r.name for r in kept}
+            last = kept[-1]
+            prepared = cut is not None and last is cut[-1] and last.name not in {r.name for r in old.windows[0]
+                                                                                  if r == last}
+            # The last kept file, if not full, is copied (or was cut) and goes on taking entries; the full ones
+            # are carried as they are.
+            open_last = last.index_count < config.index_num
+            k = rows.index(last)
+            created = (rows[k - 1].end_phy_offset, rows[k - 1].end_timestamp) if k else (0, 0)
+            for j, r in enumerate(rows):
+                if r not in kept or (open_last and r is last):
+                    continue
+                staged = staging_name(w, r.seq, config.window_ms)
+                if not (prepared and r is last):
+                    carry(old.path(r), os.path.join(index_dir, staged), reuse)
+                files.append(_info(r, staged, (rows[j - 1].end_phy_offset, rows[j - 1].end_timestamp) if j
+                                   else (0, 0)))
+                if not windowed:
+                    fixed[staged] = r.name
+            src = None if not open_last else os.path.join(index_dir, staging_name(w, last.seq, config.window_ms)) \
+                if prepared else old.path(last)
+            continuing[w] = (last.seq, _header(last), src, created, prepared) if open_last else \
+                (last.seq + 1, _header(last), None, created, False)
+        reuse.files_carried = len(files)
+    started: set[int] = set()
+
+    def start(wr: WindowWriter) -> None:
+        c = continuing.get(wr.window_id)
+        if c is None:
+            return
+        started.add(wr.window_id)
+        seq, header, src, created, prepared = c
+        if src is None:
+            wr.continue_after(seq, header)
+        else:
+            path = os.path.join(wr.directory, staging_name(wr.window_id, seq, config.window_ms))
+            if not prepared:
+                copy_index_file(src, path, config.hash_slot_num, header.index_count)
+            wr.continue_after(seq, header, path, created)
+
+    queues = _Queues(previous, old_dir, staging, config, change, windowed, segments, reuse) if config.consumequeue \
+        else None
+    tdir = time_index
+    blocks = BlockCollector(DEFAULT_BLOCK_BYTES) if tdir else None
+    reader = CommitLogReader([s for s in segments if s.end_offset > change.read_from], check_crc=config.check_crc,
+                             batch_records=config.batch_records, start_offset=change.read_from,
+                             on_records=blocks.add if blocks else None, start_at_record=True)
+    if blocks is not None:
+        _seed_blocks(blocks, tdir, segments, change)
+
+    def batches():
+        if config.index and rebuild:
+            yield from _old_entries(segments, change, rebuild, config, tdir, reuse)
+        yield from _new_entries(reader, config, queues, summary, progress, reuse)
+
+    written = list(write_windows(batches(), index_dir, sizes, max_open=4, start=start)) if config.index \
+        else _drain(batches())
+    for w in written:
+        for f in w.files:
+            files.append(f)
+            if f.window_id in kept_names and f.seq in kept_names[f.window_id]:
+                # One sequence: a file the earlier build made keeps its name (a name follows from the names before
+                # it, and retention may have deleted those); the new ones are named after it, as a broker does.
+                fixed[f.name] = kept_names[f.window_id][f.seq]
+    reuse.files_written = sum(len(w.files) for w in written)
+    for w, (seq, header, src, created, prepared) in continuing.items():
+        if src is not None and w not in started:  # a not-full last file that got no entry: kept as it is
+            staged = staging_name(w, seq, config.window_ms)
+            if not prepared:
+                carry(src, os.path.join(index_dir, staged), reuse)
+                reuse.files_carried += 1
+            files.append(FileInfo(staged, w, w * config.window_ms, seq, header, *created))
+            if not windowed:
+                fixed[staged] = old.name_of(w, seq)
+    cut_left = [f for f in files if f.header.end_timestamp == UNKNOWN_TIME]
+    if cut_left:
+        raise FullBuild(f"the rewritten tail cuts index file {old.name_of(0, cut_left[0].seq)} after a message the "
+                        f"log no longer holds, and no new entry replaces its end time")
+    if reader.stop is None and change.read_from < change.log_end:
+        raise FullBuild("the read of the new bytes ended without a stop")
+    summary.stops = [s.as_dict() for s in reader.stops]
+    summary.stop = reader.stop.as_dict() if reader.stop else previous.header.get("stop")
+    new_bytes = sum(st.segment_offset - max(0, change.read_from - st.base_offset) for st in reader.stops)
+    summary.bytes_read = reuse.bytes_read = new_bytes + reuse.extra.get("old_bytes_read", 0)
+    summary.entries = sum(f.entries for f in files)
+    summary.files = len(files)
+    summary.windows = len({f.window_id for f in files})
+    queue_manifest = queues.close() if queues is not None else None
+    summary.wall_s = round(time.monotonic() - t0, 3)
+    # The log's record: the segments read before where this read started, as the earlier build recorded them
+    # (their bytes are the same), then this read's.
+    header = manifest_header(config, segments, summary)
+    # The log's record: the segments before this read's first, as the earlier build recorded them (their
+    # bytes are the same), then what this read saw.
+    first_read = reader.stops[0].base_offset if reader.stops else change.log_end + 1
+    kept_rows = [r for r in previous.header[KEY]["log"] if change.first <= r["base_offset"] < first_read]
+    now = record(config, segments, summary.stops) if reader.stops else {"log": []}
+    if now is None:
+        raise FullBuild("a segment read could not be fingerprinted")
+    header[KEY] = {"settings": settings_of(config), "log": kept_rows + now["log"]}
+    if queue_manifest is not None:
+        header["consumequeues"] = summary.consumequeue = queue_manifest
+    header["reused"] = reuse.as_dict()
+    for f in files:
+        sources[f.name] = os.path.join(index_dir, f.name)
+    from rocketidx.output.local import Staging
+    manifest = output.commit(Staging(staging, staging), files, header, config.tzinfo, sources=sources,
+                             fixed_names=fixed)
+    if tdir:
+        lost = getattr(blocks, "lost", set())
+        for seg in segments:
+            if seg.base_offset in lost:  # half a segment's index would skip the other half: none is kept
+                timeindex.index_path(tdir, seg).unlink(missing_ok=True)
+        timeindex.keep(tdir, segments, blocks, [st for st in summary.stops if st["phy_offset"] - st["segment_offset"]
+                                                not in lost], config.check_crc)
+    return manifest, reuse
+
+
+def _drain(it) -> list:
+    for _ in it:
+        pass
+    return []
+
+
+def _broker_retention(rows: list[ManifestFile], first: int) -> list[ManifestFile]:
+    """``IndexService.deleteExpiredFile``: every file but the last whose endPhyOffset is below the log's first
+    offset goes, from the oldest up to the first that stays."""
+    k = 0
+    while k < len(rows) - 1 and rows[k].end_phy_offset < first:
+        k += 1
+    return rows[k:]
+
+
+def _plan_windows(old: _OldIndex, change: Change, windowed: bool, reuse: Reuse) -> tuple[set[int], set[int]]:
+    """The windows built again from the log, and those that go (windowed outputs)."""
+    rebuild: set[int] = set()
+    dropped: set[int] = set()
+    if windowed:
+        for w, rows in old.windows.items():
+            if change.retention and rows[-1].end_phy_offset < change.first:
+                dropped.add(w)
+                continue
+            if (change.retention and rows[0].begin_phy_offset < change.first) or \
+                    (change.rewritten and rows[-1].end_phy_offset >= change.read_from):
+                rebuild.add(w)
+        reuse.windows_rebuilt, reuse.windows_dropped = len(rebuild), len(dropped)
+    return rebuild, dropped
+
+
+def _cut_sequence(old: _OldIndex, change: Change, segments: list[Segment], index_dir: str, config: BuildConfig
+                  ) -> list[ManifestFile] | None:
+    """One sequence, a rewritten tail: the files as a build of the log up to ``read_from`` left them. Files
+    whose entries all lie past it go; the first holding one past it is cut to its entries before it, written
+    anew in ``index_dir`` (its staged name); returns the rows of the files that stay, the cut one last with its
+    new header. None: nothing to cut."""
+    rows = old.windows.get(0, [])
+    if not rows or rows[-1].end_phy_offset < change.read_from:
+        return None
+    k = next(i for i, r in enumerate(rows) if r.end_phy_offset >= change.read_from)
+    row = rows[k]
+    items = np.fromfile(old.path(row), L.INDEX_ITEM, count=row.index_count, offset=L.items_offset(config.hash_slot_num))
+    m = int(np.searchsorted(items["phy_offset"][L.FIRST_INDEX:].astype(np.int64), change.read_from))
+    if m == 0:
+        return rows[:k]  # the next entry opens a new file, as it did before
+    end_phy = int(items["phy_offset"][m])
+    # Its endTimestamp is the store time of its last message kept; where the log no longer holds that message it
+    # is unknown, which matters only if no new entry is put in the file (the build checks: UNKNOWN_TIME).
+    end_ts = _store_time(segments, end_phy)
+    end_ts = UNKNOWN_TIME if end_ts is None else end_ts
+    kept = items[:m + 1].copy()
+    slot = slot_of(kept["key_hash"][1:].astype(np.int64), config.hash_slot_num)
+    # Each slot holds its newest kept item; a put found its slot empty once per slot used (hashSlotCount).
+    used, last_in_reverse = np.unique(slot[::-1], return_index=True)
+    slots = np.zeros(config.hash_slot_num, L.SLOT)
+    slots[used] = m - last_in_reverse
+    header = Header(row.begin_timestamp, end_ts, row.begin_phy_offset, end_phy, len(used), m + 1)
+    path = os.path.join(index_dir, staging_name(0, row.seq, config.window_ms))
+    with open(path, "wb") as f:
+        f.truncate(L.index_file_size(config.hash_slot_num, config.index_num))
+        os.pwrite(f.fileno(), header.to_bytes(), 0)
+        os.pwrite(f.fileno(), slots.tobytes(), L.slots_offset())
+        os.pwrite(f.fileno(), kept.tobytes(), L.items_offset(config.hash_slot_num))
+        f.flush()
+        os.fdatasync(f.fileno())
+    return rows[:k] + [ManifestFile(row.name, 0, row.window_start_ms, row.seq, header.begin_timestamp, end_ts,
+                                    header.begin_phy_offset, end_phy, len(used), m + 1, m)]
+
+
+def _store_time(segments: list[Segment], phy: int) -> int | None:
+    """STORETIMESTAMP of the record at ``phy``, or None when the log no longer holds it."""
+    seg = next((s for s in segments if s.base_offset <= phy < s.end_offset), None)
+    if seg is None:
+        return None
+    buf = open_segment(seg)
+    at = phy - seg.base_offset
+    sysflag = int(np.frombuffer(buf, ">i4", 1, at + L.RECORD_PREFIX.fields["sys_flag"][1])[0])
+    at += L.RECORD_PREFIX.itemsize + (20 if sysflag & L.SYSFLAG_BORNHOST_V6 else 8)
+    return int(np.frombuffer(buf, ">i8", 1, at)[0])
+
+
+def _seed_blocks(blocks: BlockCollector, tdir: str, segments: list[Segment], change: Change) -> None:
+    """The time index of the segment this read starts inside: its blocks before the start, from the index
+    kept of it (else that segment's index is dropped: one of half a segment would skip the rest)."""
+    seg = next((s for s in segments if s.base_offset < change.read_from < s.end_offset), None)
+    if seg is None:
+        return
+    try:
+        idx = timeindex.load(tdir, seg)
+    except TimeIndexError:
+        idx = None
+    at = change.read_from - seg.base_offset
+    if idx is None or idx.stop_offset != at or idx.block_bytes != blocks.block_bytes or \
+            _fingerprint(open_segment(seg), at) != (idx.head_crc, idx.tail_crc):
+        blocks.lost = getattr(blocks, "lost", set()) | {seg.base_offset}
+        return
+    e = idx.entries
+    have = np.flatnonzero(e["first"] >= 0)
+    rows = np.stack([have, e["first"][have], e["min_ts"][have], e["max_ts"][have]], axis=1).astype(np.int64)
+    blocks.absorb([{"base_offset": seg.base_offset, "block_bytes": idx.block_bytes, "data": rows.tobytes(),
+                    "mismatch": idx.phy_mismatch_at}])
+
+
+def _entry_batch(buf, seg: Segment, recs, entries, config: BuildConfig,
+                 windows: set[int] | None = None) -> EntryBatch | None:
+    positions = entry_positions(buf, seg, recs, entries)
+    ts = entries.column("store_timestamp_ms").to_numpy()
+    w = assign_windows(ts, config.window_ms)
+    phy = entries.column("phy_offset").to_numpy()
+    kh = entries.column("key_hash").to_numpy()
+    if windows is not None:
+        keep = np.isin(w, np.fromiter(windows, np.int64, len(windows)))
+        w, phy, kh, ts = w[keep], phy[keep], kh[keep], ts[keep]
+        positions = None if positions is None else positions[keep]
+    return EntryBatch(w, phy, kh, ts, positions) if len(w) else None
+
+
+def _new_entries(reader: CommitLogReader, config: BuildConfig, queues, summary: BuildSummary, progress, reuse):
+    delays = delay_levels_ms(config.delay_levels)
+    chunks = reader.entry_chunks() if config.index else ((seg, buf, recs, None) for seg, buf, recs in
+                                                         reader.record_chunks())
+    for seg, buf, recs, entries in chunks:
+        summary.messages += len(recs)
+        if first_misplaced(seg, recs) is not None:
+            raise FullBuild(f"a record in {seg.name} holds a PHYSICALOFFSET that is not its position")
+        summary.rollback_skipped += rollback_count(recs)
+        if queues is not None:
+            queues.writer.add(seg, dispatch(buf, seg, recs, delays, config.light_queues))
+        if entries is not None:
+            b = _entry_batch(buf, seg, recs, entries, config)
+            summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
+            if b is not None:
+                yield b
+        if progress:
+            progress(reader)
+
+
+def _old_entries(segments: list[Segment], change: Change, rebuild: set[int], config: BuildConfig,
+                 tdir: str | None, reuse: Reuse):
+    """Entries the rebuilt windows need from before ``read_from``."""
+    read = 0
+    for p in _window_pieces(segments, change, rebuild, config, tdir):
+        buf = open_segment(p.segment)
+        rr = RangeReader(buf, p, check_crc=config.check_crc, batch_records=config.batch_records)
+        for recs, entries in rr.entry_chunks():
+            if first_misplaced(p.segment, recs) is not None:
+                raise FullBuild(f"a record in {p.segment.name} holds a PHYSICALOFFSET that is not its position")
+            b = _entry_batch(buf, p.segment, recs, entries, config, rebuild)
+            if b is not None:
+                yield b
+        read += max(0, min(rr.stop.segment_offset, p.end) - p.start) if rr.stop else p.end - p.start
+    reuse.extra["old_bytes_read"] = read
+
+
+def _window_pieces(segments: list[Segment], change: Change, windows: set[int], config: BuildConfig,
+                   tdir: str | None) -> list[SegmentRange]:
+    """The pieces of ``[first, read_from)`` whose records may be in ``windows``: through the time index where it
+    is usable, every byte where it is not."""
+    lo_w = np.fromiter(windows, np.int64, len(windows))
+    pieces = []
+    for seg in segments:
+        if seg.base_offset >= change.read_from:
+            break
+        end = min(seg.size, change.read_from - seg.base_offset)
+        idx = None
+        if tdir:
+            try:
+                idx = timeindex.load(tdir, seg)
+            except TimeIndexError:
+                idx = None
+        if idx is None or idx.check_crc != config.check_crc or idx.stop_offset < end or idx.base_offset != \
+                seg.base_offset or _fingerprint(open_segment(seg), idx.stop_offset) != (idx.head_crc, idx.tail_crc):
+            pieces.append(SegmentRange(seg, 0, end))
+            continue
+        e = idx.entries
+        firsts = e["first"]
+        has = firsts >= 0
+        a = assign_windows(e["min_ts"], config.window_ms)
+        b = assign_windows(e["max_ts"], config.window_ms)
+        # A block is wanted when some wanted window lies between its least and greatest store time's.
+        want = has & np.array([bool(((lo_w >= x) & (lo_w <= y)).any()) for x, y in zip(a.tolist(), b.tolist())],
+                              bool) if len(e) else has
+        k = 0
+        n = len(e)
+        while k < n:
+            if not want[k]:
+                k += 1
+                continue
+            j = k
+            while j < n and (want[j] or not has[j]):
+                j += 1
+            stop_at = next((int(firsts[m]) for m in range(j, n) if has[m]), end)
+            s = int(firsts[k])
+            if s < end:
+                pieces.append(SegmentRange(seg, s, min(stop_at, end)))
+            k = j
+    return pieces
+
+
+# --- the ConsumeQueues ----------------------------------------------------------------------------------------
+
+class _Queues:
+    """The earlier version's queues brought up to date: each queue's state after the rules for a rewritten tail
+    and retention, its files carried or written anew, and the writer that appends the new bytes' entries."""
+
+    def __init__(self, previous: Manifest, old_dir: str, staging: str, config: BuildConfig, change: Change,
+                 windowed: bool, segments: list[Segment], reuse: Reuse):
+        cq = previous.header.get("consumequeues") or {}
+        self.file_size = config.queue_file_size
+        self.old = os.path.join(old_dir, CONSUMEQUEUE_DIR)
+        self.new = os.path.join(staging, CONSUMEQUEUE_DIR)
+        self.reuse = reuse
+        self.change = change
+        dropped = cq.get("dropped") or {}
+        self.dropped = dict(dropped)
+        self.gaps = cq.get("gaps", 0)
+        if change.rewritten and dropped.get("repeated"):
+            raise FullBuild("the broker's rules dropped repeated queue offsets: a rewritten tail rebuilds the queues")
+        if windowed and change.retention and (dropped.get("repeated") or dropped.get("below_max_physic_offset")):
+            raise FullBuild("the broker's rules dropped records: retention rebuilds the queues")
+        self.segments = segments
+        # (topic, queue id) -> (state, files to carry, file name -> bytes written anew)
+        self.base: dict[tuple[str, int], tuple[QueueState, list[str], dict[str, bytes]]] = {}
+        for q in cq.get("queues", []):
+            b = self._base(q, windowed)
+            if b is not None:
+                self.base[(q["topic"], q["queue_id"])] = b
+        self.writer = ConsumeQueueWriter(self.new, self.file_size, resume=self._resume)
+
+    def _units(self, topic: str, qid: int, name: str) -> np.ndarray:
+        with open(os.path.join(self.old, topic, str(qid), name), "rb") as f:
+            return np.frombuffer(f.read(), L.CQ_UNIT)
+
+    def _unit(self, topic: str, qid: int, at: int, written: dict[str, bytes]):
+        """The unit at logical offset ``at`` (bytes), as this build holds it so far."""
+        f = self.file_size
+        name = file_name(at - at % f)
+        if name in written:
+            return np.frombuffer(written[name], L.CQ_UNIT)[(at % f) // UNIT]
+        with open(os.path.join(self.old, topic, str(qid), name), "rb") as fh:
+            return np.frombuffer(os.pread(fh.fileno(), UNIT, at % f), L.CQ_UNIT)[0]
+
+    def _first_slot_at(self, topic, qid, st: QueueState, offset: int, written: dict[str, bytes]) -> int | None:
+        """The first slot from the queue's minimum whose entry's CommitLog offset is at or past ``offset`` (None:
+        none is); a queue's entries come in CommitLog order, so a binary search finds it."""
+        lo, hi = max(st.min_offset, st.first_file) // UNIT, st.slots
+        if lo >= hi or int(self._unit(topic, qid, (hi - 1) * UNIT, written)["phy_offset"]) < offset:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(self._unit(topic, qid, mid * UNIT, written)["phy_offset"]) < offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _base(self, q: dict, windowed: bool):
+        topic, qid, names = q["topic"], q["queue_id"], list(q["files"])
+        f = self.file_size
+        st = QueueState(f, first_file=int(names[0]), files_end=int(names[-1]) + f, write_pos=q["max_offset"] * UNIT,
+                        min_offset=q["min_offset"] * UNIT, entries=q["entries"])
+        written: dict[str, bytes] = {}
+        ch = self.change
+        if ch.rewritten:
+            cut = self._first_slot_at(topic, qid, st, ch.read_from, written)
+            if cut is not None:
+                if cut * UNIT <= st.min_offset:
+                    return None  # none of its entries is before the rewrite: it starts again
+                st.entries -= st.slots - cut
+                st.write_pos = cut * UNIT
+                st.files_end = -(-st.write_pos // f) * f  # a file starting at the cut is made by its next entry
+                names = [n for n in names if int(n) < st.files_end]
+                at = st.write_pos - st.write_pos % f
+                if at < st.files_end and file_name(at) in names:
+                    units = self._units(topic, qid, file_name(at)).copy()
+                    units[(st.write_pos - at) // UNIT:] = 0
+                    written[file_name(at)] = units.tobytes()
+        if ch.retention:
+            if windowed:
+                b = self._blank_before(topic, qid, names, st, written)
+                if b is None:
+                    return None
+                names = b
+            else:
+                names = self._broker_deletes(topic, qid, names, written)
+        # The first file it has (the writer lists its files from there); none left: where its next one begins.
+        st.first_file = int(names[0]) if names else st.files_end
+        if st.write_pos > st.min_offset:
+            at = st.write_pos - UNIT
+            if file_name(at - at % f) in names:
+                last = self._unit(topic, qid, at, written)
+                st.max_phy = int(last["phy_offset"]) + int(last["size"])
+            else:
+                # Its file went to retention: the entry ended at or before the rewrite, and any bound up to there
+                # places every later record alike (they all end past it).
+                st.max_phy = ch.read_from
+        return st, names, written
+
+    def _blank_before(self, topic, qid, names, st: QueueState, written: dict[str, bytes]) -> list[str] | None:
+        """Windowed retention: what a full build of the log writes, the slots before the first message still
+        in it blank (fillPreBlank); None when no message of the queue is left."""
+        t = self._first_slot_at(topic, qid, st, self.change.first, written)
+        if t is None or t * UNIT >= st.write_pos:
+            return None
+        if t * UNIT <= st.min_offset:
+            return names
+        phy = int(self._unit(topic, qid, t * UNIT, written)["phy_offset"])
+        if topic.startswith(L.LMQ_PREFIX) or self._queue_offset_at(phy) != t or t == 0:
+            raise FullBuild(f"queue {topic}/{qid}: its first message left is not at its own slot")
+        f = self.file_size
+        first_file = t * UNIT - (t * UNIT) % f
+        st.entries -= t - st.min_offset // UNIT
+        st.first_file, st.min_offset = first_file, t * UNIT
+        name = file_name(first_file)
+        units = (np.frombuffer(written[name], L.CQ_UNIT) if name in written else
+                 self._units(topic, qid, name)).copy()
+        k = (t * UNIT - first_file) // UNIT
+        units["phy_offset"][:k], units["size"][:k], units["tags_code"][:k] = L.CQ_BLANK
+        written[name] = units.tobytes()
+        return [n for n in names if int(n) >= first_file]
+
+    def _queue_offset_at(self, phy: int) -> int | None:
+        seg = next((s for s in self.segments if s.base_offset <= phy < s.end_offset), None)
+        if seg is None:
+            return None
+        buf = open_segment(seg)
+        at = phy - seg.base_offset + L.RECORD_PREFIX.fields["queue_offset"][1]
+        return int(np.frombuffer(buf, ">i8", 1, at)[0])
+
+    def _broker_deletes(self, topic, qid, names, written) -> list[str]:
+        """``deleteExpiredFileByOffset``: every file but the last whose last entry's offset is below the log's
+        first offset goes, up to the first that stays."""
+        k = 0
+        while k < len(names) - 1:
+            units = np.frombuffer(written[names[k]], L.CQ_UNIT) if names[k] in written else \
+                self._units(topic, qid, names[k])
+            if int(units["phy_offset"][-1]) >= self.change.first:
+                break
+            k += 1
+        return names[k:]
+
+    def _resume(self, topic: str, qid: int, queue) -> None:
+        b = self.base.pop((topic, qid), None)
+        if b is None:
+            return
+        st, names, written = b
+        queue.state = st
+        queue.created = st.files_end
+        os.makedirs(queue.directory, exist_ok=True)
+        last = file_name(st.write_pos - st.write_pos % self.file_size) if st.write_pos < st.files_end else None
+        for n in names:
+            dst = os.path.join(queue.directory, n)
+            if n in written:
+                self._write(dst, written[n])
+            elif n == last:
+                self._write(dst, self._units(topic, qid, n).tobytes())
+            else:
+                carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
+                self.reuse.queue_files_carried += 1
+
+    def _write(self, dst: str, data: bytes) -> None:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        with open(dst, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self.reuse.queue_files_written += 1
+
+    def close(self) -> dict:
+        infos: list[QueueInfo] = list(self.writer.close())
+        for (topic, qid), (st, names, written) in sorted(self.base.items()):
+            if not names:
+                continue  # cut back to where its next file begins, and nothing came: no file
+            qdir = os.path.join(self.new, topic, str(qid))
+            for n in names:
+                dst = os.path.join(qdir, n)
+                if n in written:
+                    self._write(dst, written[n])
+                else:
+                    carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
+                    self.reuse.queue_files_carried += 1
+            _sync_dir(qdir)
+            infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
+        infos.sort(key=lambda q: (q.topic, q.queue_id))
+        for k, v in self.writer.dropped.items():
+            self.dropped[k] = self.dropped.get(k, 0) + v
+        if os.path.isdir(self.new):
+            for t in os.listdir(self.new):
+                _sync_dir(os.path.join(self.new, t))
+            _sync_dir(self.new)
+        return {"file_size": self.file_size, "commitlog_min_offset": self.change.first,
+                "queues": [q.as_dict() for q in infos], "entries": sum(q.entries for q in infos),
+                "files": sum(len(q.files) for q in infos), "dropped": self.dropped,
+                "gaps": self.gaps + self.writer.gaps}
+
+
+def _sync_dir(path: str) -> None:
+    if os.path.isdir(path):
+        fsync_dir(path)
