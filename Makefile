@@ -56,9 +56,10 @@ bench: $(STAMP)
 faults: $(STAMP)
 	$(BIN)/python bench/campaigns/faults.py
 
-# Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20)
+# Ctrl-C and SIGTERM at random moments of in-process and Spark builds (issue 20), kill -9 of incremental builds (35)
 interrupts: $(STAMP)
 	$(BIN)/python bench/campaigns/interrupts.py
+	$(BIN)/python bench/campaigns/incremental_kills.py
 
 # Real RocketMQ brokers (tests/brokers/README.md): every pinned version's files, answers and crash campaign
 # (make test runs the one marked ci in tests/brokers/versions.txt, smaller)

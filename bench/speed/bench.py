@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     later.append(["bench_repair.py"])  # after bench_engine.py, which generates store-6m
     later.append(["bench_targets.py"])  # light queues and batch queues on top of the index (issue 34)
     later.append(["bench_workers.py"])  # the in-process engine on 2 workers against 1 (issue 35)
+    later.append(["bench_incremental.py"] + (["--skip-spark"] if a.no_spark else []))  # incremental (issue 35)
     if not a.no_spark:
         later.append(["bench_cluster.py"])  # store-6m on a standalone cluster, with the archive and with the zip
     for script, *args in later:

@@ -48,7 +48,7 @@ from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
 from rocketidx.commitlog.entries import entry_positions, rollback_count, tag_entries_on
 from rocketidx.commitlog.keys import slot_of
 from rocketidx.commitlog.readers import CommitLogReader, RangeReader, first_misplaced, peek_stop
-from rocketidx.commitlog.records import STOP_CORRUPT, STOP_END_OF_DATA
+from rocketidx.commitlog.records import STOP_BLANK, STOP_CORRUPT, STOP_END_OF_DATA, STOP_SEGMENT_END
 from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment
 from rocketidx.commitlog.timeindex import DEFAULT_BLOCK_BYTES, BlockCollector, TimeIndexError, _fingerprint
 from rocketidx.commitlog import timeindex
@@ -254,11 +254,10 @@ def copy_index_file(src: str, dst: str, hash_slot_num: int, index_count: int) ->
     used = L.items_offset(hash_slot_num) + index_count * L.INDEX_ITEM.itemsize
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         fo.truncate(size)
-        left, at = min(used, size), 0
+        left = min(used, size)
         while left:
             buf = fi.read(min(left, 16 << 20))
             fo.write(buf)
-            at += len(buf)
             left -= len(buf)
 
 
@@ -280,15 +279,19 @@ class _OldIndex:
         return next(r.name for r in self.windows[window] if r.seq == seq)
 
 
-def build_incremental(commitlog: str, out: str, config: BuildConfig, change: Change, *, segments: list[Segment],
+def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments: list[Segment],
                       time_index: str | None, progress=None) -> tuple[dict, BuildSummary]:
-    """Bring ``out`` up to date with the log (see the module docstring). Raises :class:`FullBuild` before
-    anything is committed when the rules cannot show the bytes."""
+    """Bring ``out`` up to date with the log (see the module docstring); :func:`plan` said it can be. Raises
+    :class:`FullBuild` before anything is committed when the rules cannot show the bytes."""
     t0 = time.monotonic()
     output = LocalOutput(out)
     summary = BuildSummary(segments=len(segments))
     with output.lock():
+        # Judged again under the lock: another build may have committed since the caller looked.
         previous = Manifest.read(out)
+        change, why = plan(previous, config, segments, filters={}, remote_out=False)
+        if change is None:
+            raise FullBuild(why)
         if change.nothing and previous.header.get("commitlog") == manifest_header(config, segments, summary)["commitlog"]:
             # The log is as the earlier build read it: the committed version stays, untouched.
             summary.files, summary.entries = len(previous.files), sum(f.entries for f in previous.files)
@@ -313,7 +316,8 @@ def build_incremental(commitlog: str, out: str, config: BuildConfig, change: Cha
 def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, config: BuildConfig,
            change: Change, segments: list[Segment], summary: BuildSummary, time_index: str | None, progress,
            t0: float) -> tuple[dict, Reuse]:
-    reuse = Reuse(read_from=change.read_from, why=change.why)
+    reuse = Reuse(read_from=change.read_from, why=("retention removed the log's oldest segments; " if change.retention
+                                                   else "") + change.why)
     windowed = config.window_ms > 0
     old = _OldIndex(previous, os.path.join(old_dir, INDEX_DIR))
     index_dir = os.path.join(staging, INDEX_DIR)
@@ -625,8 +629,11 @@ def _window_pieces(segments: list[Segment], change: Change, windows: set[int], c
                 idx = timeindex.load(tdir, seg)
             except TimeIndexError:
                 idx = None
-        if idx is None or idx.check_crc != config.check_crc or idx.stop_offset < end or idx.base_offset != \
-                seg.base_offset or _fingerprint(open_segment(seg), idx.stop_offset) != (idx.head_crc, idx.tail_crc):
+        # Usable when it covers every record the read before ``read_from`` meets in the segment: up to ``end``, or
+        # to where the segment's records ended (a blank record, the segment's last byte).
+        covers = idx is not None and (idx.stop_offset >= end or idx.stop_kind in (STOP_BLANK, STOP_SEGMENT_END))
+        if not covers or idx.check_crc != config.check_crc or idx.base_offset != seg.base_offset or \
+                _fingerprint(open_segment(seg), idx.stop_offset) != (idx.head_crc, idx.tail_crc):
             pieces.append(SegmentRange(seg, 0, end))
             continue
         e = idx.entries

@@ -100,6 +100,9 @@ def print_verify(r) -> None:
     if r.expected_entries is not None:
         print(f"entries checked {r.entries_checked:,}; the CommitLog implies {r.expected_entries:,} over offsets "
               f"{r.covered_range[0]}..{r.covered_range[1]}")
+    if r.expired_items:
+        print(f"{r.expired_items:,} entries point below the CommitLog's first offset (retention removed their "
+              f"messages): not judged")
     if r.clean:
         print("clean: no problems found")
         return
@@ -143,6 +146,9 @@ def _print_queues(report, as_json: bool) -> int:
         if report.expected_entries is not None:
             checked += f"; the CommitLog dispatches {report.expected_entries:,}"
         print(checked)
+        if report.expired_items:
+            print(f"{report.expired_items:,} units stand for messages below the CommitLog's first offset (retention "
+                  f"removed them): not judged")
         if report.clean:
             print("clean: no problems found")
         else:

@@ -124,7 +124,7 @@ def _incremental(r: BuildRequest, segments, progress: Progress) -> tuple[BuildRe
     work = max(0, change.log_end - change.read_from)
     try:
         with progress.reading(work) as hook:
-            manifest, summary = incremental.build_incremental(r.commitlog, r.out, r.config, change, segments=segments,
+            manifest, summary = incremental.build_incremental(r.commitlog, r.out, r.config, segments=segments,
                                                               time_index=r.time_index, progress=hook)
     except incremental.FullBuild as e:
         return None, str(e)

@@ -177,7 +177,7 @@ class _Items:
 
     _FIELDS = ("key_hash", "time_diff_s")
 
-    def __init__(self, fi: int, f: IndexFile, count: int):
+    def __init__(self, fi: int, f: IndexFile, count: int, lo: int = 0):
         self.fi, self.f = fi, f
         self.phy = f.read_item_fields(1, count + 1, ("phy_offset",))["phy_offset"]
         self.perm = self.held = None
@@ -185,7 +185,8 @@ class _Items:
             self.perm = np.argsort(self.phy, kind="stable")
             self.phy = self.phy[self.perm]
             self.held = f.read_item_fields(1, count + 1, self._FIELDS)
-        self.cursor = 0
+        # Items below ``lo`` (the log's first offset: retention removed their messages) are not judged.
+        self.cursor = int(np.searchsorted(self.phy, lo)) if lo else 0
 
     @property
     def done(self) -> bool:
@@ -248,6 +249,9 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         if gaps:
             add_gap_problems(report, log_gaps(commitlog, None, rules, check_crc=check_crc))
         return report
+    spans = _unexpired(files, spans, commitlog, report)
+    if not spans:
+        return report
     lo = min(b for _, b, _ in spans.values())
     hi = max(e for _, _, e in spans.values())
     report.covered_range = (lo, hi)
@@ -279,6 +283,26 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         add_gap_problems(report, held.gaps() if held is not None else
                          log_gaps(commitlog, (lo, hi), rules, check_crc=check_crc))
     return report
+
+
+def _unexpired(files: list[IndexFile], spans: dict[int, tuple[int, int, int]], commitlog, report: VerifyReport
+               ) -> dict[int, tuple[int, int, int]]:
+    """The spans the content pass judges: items at or past the log's first offset. Items below it point at
+    messages the broker's retention removed (a broker's index keeps a file until its every entry is below;
+    an incremental build's one-sequence output too): they are counted in ``expired_items``, not judged."""
+    from rocketidx.commitlog.segments import list_segments
+    segs = list_segments(commitlog)
+    first = segs[0].base_offset if segs else 0
+    if not spans or min(b for _, b, _ in spans.values()) >= first:
+        return spans
+    kept = {}
+    for fi, (n, lo, hi) in spans.items():
+        below = n if hi < first else int(np.count_nonzero(
+            files[fi].read_item_fields(1, n + 1, ("phy_offset",))["phy_offset"] < first))
+        report.expired_items += below
+        if below < n:
+            kept[fi] = (n, max(lo, first), hi)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -355,7 +379,7 @@ def _judge_streaming(files, spans, commitlog, params: ContentParams, rules: Buil
     def judge(upto: int, m_phy, e_phy, e_kh, e_ts) -> None:
         while pending and spans[pending[0]][1] <= upto:
             fi = pending.pop(0)
-            active.append(_Items(fi, files[fi], spans[fi][0]))
+            active.append(_Items(fi, files[fi], spans[fi][0], lo))
         _judge_items([it.take(upto) + (it.fi,) for it in active], m_phy, e_phy, e_kh, e_ts, params, sink)
         active[:] = [it for it in active if not it.done]
 
@@ -429,7 +453,7 @@ def _judge_held(files, spans, commitlog, params: ContentParams, rules: BuildRead
     cat = lambda k: np.concatenate([h[k] for h in held]) if held else np.zeros(0, np.int64)  # noqa: E731
     m_phy = unique_sorted(np.concatenate(messages)) if messages else np.zeros(0, np.int64)
     sink = _Sink()
-    items = [_Items(fi, files[fi], spans[fi][0]) for fi in sorted(spans, key=lambda fi: spans[fi][1])]
+    items = [_Items(fi, files[fi], spans[fi][0], lo) for fi in sorted(spans, key=lambda fi: spans[fi][1])]
     _judge_items([it.take(hi) + (it.fi,) for it in items], m_phy, cat(0), cat(1), cat(2), params, sink)
     return sink
 

@@ -173,11 +173,15 @@ def verify_consumequeues(directory: str, commitlog=None, *, delays_ms: tuple[int
             if unexplained is not None and key not in built:
                 unexplained["/".join(key)] = unexplained_why(key[0], topics)
                 continue
+            log_start = segments[0].base_offset if segments else 0
             if restart is None:
-                _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, report)
+                _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, report,
+                               log_start)
                 continue
             alone = VerifyReport()
-            _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, alone)
+            _compare_queue(directory, rebuilt, key, queues.get(key), built.get(key), file_size, log_end, alone,
+                           log_start)
+            report.expired_items += alone.expired_items
             restored, lost = restart.tally(directory, rebuilt, key, queues.get(key), file_size)
             keep = lost > 0 or not restored
             for kind, n in alone.counts.items():
@@ -265,25 +269,41 @@ def _queue_units(rebuilt_dir: str, key) -> np.ndarray:
     return out
 
 
+def _gone(u: np.ndarray, log_start: int) -> np.ndarray:
+    """Units that stand for messages the broker's retention removed: an entry below the CommitLog's first
+    offset, or a blank (fillPreBlank's, which only ever precede the queue's first entry)."""
+    blank = (u["phy_offset"] == _BLANK["phy_offset"]) & (u["size"] == _BLANK["size"])
+    return (u["size"] != 0) & (blank | (u["phy_offset"] < log_start))
+
+
 def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_size: int, log_end: int,
-                   report: VerifyReport) -> None:
+                   report: VerifyReport, log_start: int = 0) -> None:
+    """One queue against its rebuild. Units for messages retention removed (below ``log_start``, the log's
+    first offset: a broker keeps a queue file until its last entry is below it) are counted in
+    ``expired_items``, not judged."""
     qdir = os.path.join(directory, *key)
     if offsets is None:
         report.add(qdir, 0, "missing-queue", f"the CommitLog dispatches {built.entries} entries to this queue")
         return
     if built is None:
+        units = [u for _, _, u in _slots(directory, key, offsets)]
+        if log_start and units and all(_gone(u, log_start).sum() == (u["size"] != 0).sum() for u in units):
+            report.expired_items += sum(int(_gone(u, log_start).sum()) for u in units)
+            return
         report.add(qdir, 0, "unexplained-queue", "the CommitLog dispatches nothing to this queue")
         return
     want = {int(n): n for n in built.files}
     for off in offsets:
         if off not in want:
             u = next(_slots(directory, key, [off]))[2]
-            used = np.flatnonzero(u["size"] != 0)
+            gone = _gone(u, log_start) if log_start else np.zeros(len(u), bool)
+            report.expired_items += int(gone.sum())
+            used = np.flatnonzero((u["size"] != 0) & ~gone)
             dirty = used[u["phy_offset"][used] >= log_end]
             path = os.path.join(qdir, f"{off:020d}")
             report.add(path, dirty * UNIT, "dirty-tail", f"an entry at or past the CommitLog's end {log_end}")
             report.add(path, np.setdiff1d(used, dirty) * UNIT, "extra-entry", "an entry the CommitLog does not make")
-            if not len(used):
+            if not len(used) and not gone.any():
                 report.add(path, 0, "extra-file", "a file the rebuild does not have")
     for off in want:
         path = os.path.join(qdir, f"{off:020d}")
@@ -294,6 +314,11 @@ def _compare_queue(directory: str, rebuilt_dir: str, key, offsets, built, file_s
         got = next(_slots(directory, key, [off]))[2]
         exp = next(_slots(rebuilt_dir, key, [off]))[2]
         diff = np.flatnonzero(got != exp)
+        if log_start and len(diff):
+            # A kept entry of a removed message where a build of the log now has a blank or nothing: retention.
+            gone = _gone(got[diff], log_start) & ((exp["size"][diff] == 0) | _gone(exp[diff], log_start))
+            report.expired_items += int(gone.sum())
+            diff = diff[~gone]
         if not len(diff):
             continue
         g_used, e_used = got["size"][diff] != 0, exp["size"][diff] != 0

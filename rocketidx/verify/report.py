@@ -46,6 +46,7 @@ class VerifyReport:
     covered_range: tuple[int, int] | None = None
     log_mismatch: str | None = None  # why the index is not the CommitLog's (rocketidx.query.logmatch), if it is not
     gaps: list[dict] = field(default_factory=list)  # stretches of the log in no file (rocketidx.verify.coverage)
+    expired_items: int = 0  # items below the log's first offset: their messages went to retention (not judged)
 
     @property
     def clean(self) -> bool:
@@ -68,6 +69,7 @@ class VerifyReport:
     def as_dict(self) -> dict:
         return {"clean": self.clean, "counts": dict(self.counts), "entries_checked": self.entries_checked,
                 "expected_entries": self.expected_entries, "covered_range": self.covered_range, "gaps": self.gaps,
+                "expired_items": self.expired_items,
                 "log_mismatch": self.log_mismatch, "files": [asdict(f) for f in self.files],
                 "problems": [asdict(p) for p in self.problems]}
 

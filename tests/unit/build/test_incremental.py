@@ -112,3 +112,34 @@ def test_random_steps_equal_the_reference(store, tmp_path, window_ms, seed):
         assert not bad, f"step {step} ({kind}, {said}): {bad[:5]}"
     assert incremental >= steps - 5, f"only {incremental} of {steps} steps were incremental: {kinds}"
     assert kinds.get("rewrite") and kinds.get("retention"), kinds
+
+
+def test_verify_judges_a_one_sequence_output_after_retention_and_still_finds_damage(store, tmp_path, capsys):
+    """A one-sequence output keeps what a broker keeps after retention: entries of removed messages. verify
+    counts them apart (not judged) and is clean; an entry changed above the log's first offset is still caught."""
+    from rocketidx.cli import main
+    world = World(store)
+    log, out = str(tmp_path / "log"), str(tmp_path / "out")
+    world.grow(5000)
+    world.write(log)
+    _build(log, out, 0)
+    assert world.retire()
+    world.grow(2000)
+    world.write(log)
+    assert "read_from" in (_build(log, out, 0).summary.incremental or {})
+    capsys.readouterr()
+    assert main(["verify", "--index", out, "--commitlog", log, "--in-process"]) == 0
+    said = capsys.readouterr().out
+    assert "point below the CommitLog's first offset" in said and "clean" in said
+    assert main(["verify", "--consumequeue", os.path.join(out, "consumequeue"), "--commitlog", log]) == 0
+    assert "units stand for messages below the CommitLog's first offset" in capsys.readouterr().out
+    # The newest file's last item now points one byte past its message: damage, above the log's first offset.
+    import rocketidx.layout as L
+    index = Path(out) / "index"
+    newest = sorted(index.iterdir())[-1]
+    count = int.from_bytes(newest.read_bytes()[36:40], "big")
+    at = L.items_offset(SETTINGS["hash_slot_num"]) + (count - 1) * L.INDEX_ITEM.itemsize + 4
+    data = bytearray(newest.read_bytes())
+    data[at:at + 8] = (int.from_bytes(data[at:at + 8], "big") + 1).to_bytes(8, "big")
+    newest.resolve().write_bytes(bytes(data))
+    assert main(["verify", "--index", out, "--commitlog", log, "--in-process"]) == 1
