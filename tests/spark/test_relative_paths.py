@@ -129,11 +129,19 @@ def test_build_gives_the_same_output_from_any_directory_on_both_engines(spark, b
     data, out = base / "data", base / "data" / f"out-{targets.replace(',', '-')}"
     runs = {}
     for name, engine in (("local[2]", LOCAL2), ("in-process", IN_PROCESS)):
-        # Every run replaces the one before into the same --out, from another directory, with no --overwrite.
+        # Every run replaces the one before into the same --out, from another directory, with no --overwrite
+        # (--full: each reads the whole log, as the first did; without it a run brings the output up to date).
         runs[name] = run_everywhere(base, monkeypatch, capsys, "rocketidx", lambda t: [
             "build", "--commitlog", t(data / "gen-store"), "--out", t(out), "--targets", targets, *SIZES, "--json",
-            *engine], after=lambda: files_of(out))
+            "--full", *engine], after=lambda: files_of(out))
         assert_all_equal(runs[name], f"build --targets {targets} {name}")
+    # Without --full, a run from another directory knows the output's log as its own: nothing changed, nothing
+    # written.
+    again = run_everywhere(base, monkeypatch, capsys, "rocketidx", lambda t: [
+        "build", "--commitlog", t(data / "gen-store"), "--out", t(out), "--targets", targets, *SIZES, "--json",
+        *IN_PROCESS], after=lambda: files_of(out), where=slice(2, 3))
+    assert again[0][1]["incremental"]["why"] == "nothing changed", again[0][1]["incremental"]
+    assert again[0][2] == runs["in-process"][0][2]
     # And the engines wrote the same bytes (but for the time index, which a Spark build of the queues alone
     # does not keep: its direct tasks, which collect it, run for the index).
     assert without_time_index(runs["in-process"][0][2]) == without_time_index(runs["local[2]"][0][2])
@@ -146,7 +154,7 @@ def test_the_nightly_job_gives_the_same_output_from_any_directory_on_both_engine
     for name, engine in (("local[2]", LOCAL2), ("in-process (by size)", [])):
         runs[name] = run_everywhere(base, monkeypatch, capsys, "nightly_rebuild", lambda t: [
             "--commitlog", t(data / "gen-store"), "--out", t(out), "--targets", "index,consumequeue", *SIZES,
-            "--json", *engine], after=lambda: files_of(out))
+            "--json", "--full", *engine], after=lambda: files_of(out))
         assert_all_equal(runs[name], f"nightly_rebuild {name}")
     assert [r[0][1]["engine"]["name"] for r in runs.values()] == ["spark", "in-process"]
     assert runs["in-process (by size)"][0][2] == runs["local[2]"][0][2]
