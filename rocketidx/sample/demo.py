@@ -55,8 +55,8 @@ def _messages_held(store: Path) -> int | None:
 
 def build_in_process(store: Path, out: Path) -> BuildResult:
     """The store's index, built in this process as ``rocketidx build --in-process`` builds it (zone UTC, so
-    the window files' names do not depend on the machine)."""
-    return build(build_request(store / "commitlog", out, timezone="UTC", in_process=True, overwrite=True))
+    the window files' names do not depend on the machine); whole (``full``), as the demo times a whole build."""
+    return build(build_request(store / "commitlog", out, timezone="UTC", in_process=True, overwrite=True, full=True))
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,8 @@ class SparkComparison:
 def compare_on_spark(store: Path, out: Path, reference: Path, master: str) -> SparkComparison:
     """Build ``store``'s index twice on Spark (``master``) in one session into ``out``, and compare the files
     with ``reference``'s: what Spark costs (a JVM, Python workers, a first job) against what it buys."""
-    request = build_request(store / "commitlog", out, timezone="UTC", master=master, overwrite=True)
+    # Whole builds (``full``): the second would otherwise find nothing changed and read nothing.
+    request = build_request(store / "commitlog", out, timezone="UTC", master=master, overwrite=True, full=True)
     t0 = time.monotonic()
     with held_session(request.engine):
         session_s = time.monotonic() - t0
