@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import rocketidx.layout as L
+from rocketidx.build.finish import refuse_invalid_log
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
@@ -58,7 +59,7 @@ from rocketidx.consumequeue.writer import ConsumeQueueWriter, QueueInfo, file_na
 from rocketidx.index.reader import Header
 from rocketidx.index.windows import assign_windows, render_name, staging_name
 from rocketidx.index.writer import FileInfo, WindowWriter
-from rocketidx.output.local import LocalOutput, fsync_dir
+from rocketidx.output.local import LocalOutput, Staging, fsync_dir
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, INDEX_DIR, Manifest, ManifestFile
 import rocketidx.storage as storage
 
@@ -325,7 +326,8 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
     files: list[FileInfo] = []
     sources: dict[str, str] = {}
     fixed: dict[str, str] = {}
-    continuing: dict[int, tuple[int, Header, str | None, tuple[int, int]]] = {}  # window -> continue_after's args
+    # window -> (seq, header, the file to go on in or None, its seed, whether it is already in the new version)
+    continuing: dict[int, tuple[int, Header, str | None, tuple[int, int], bool]] = {}
     rebuild: set[int] = set()
     kept_names: dict[int, dict[int, str]] = {}  # one sequence: the earlier build's files that stay, by seq
     if config.index:
@@ -335,15 +337,14 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
             if w in rebuild or w in dropped:
                 continue
             if cut is not None:
-                rows = cut
+                rows = cut[0]
             kept = _broker_retention(rows, change.first) if not windowed and change.retention else rows
             if not kept:
                 continue
             if not windowed:
                 kept_names[w] = {r.seq: r.name for r in kept}
             last = kept[-1]
-            prepared = cut is not None and last is cut[-1] and last.name not in {r.name for r in old.windows[0]
-                                                                                  if r == last}
+            prepared = cut is not None and last is cut[1]  # the cut file, already written in the new version
             # The last kept file, if not full, is copied (or was cut) and goes on taking entries; the full ones
             # are carried as they are.
             open_last = last.index_count < config.index_num
@@ -387,8 +388,7 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
     reader = CommitLogReader([s for s in segments if s.end_offset > change.read_from], check_crc=config.check_crc,
                              batch_records=config.batch_records, start_offset=change.read_from,
                              on_records=blocks.add if blocks else None, start_at_record=True)
-    if blocks is not None:
-        _seed_blocks(blocks, tdir, segments, change)
+    lost = _seed_blocks(blocks, tdir, segments, change) if blocks is not None else None
 
     def batches():
         if config.index and rebuild:
@@ -420,6 +420,8 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
                         f"log no longer holds, and no new entry replaces its end time")
     if reader.stop is None and change.read_from < change.log_end:
         raise FullBuild("the read of the new bytes ended without a stop")
+    # As every build: a log whose first record is invalid is no log, and nothing is committed.
+    refuse_invalid_log(segments, reader.stop.as_dict() if reader.stop else None)
     summary.stops = [s.as_dict() for s in reader.stops]
     summary.stop = reader.stop.as_dict() if reader.stop else previous.header.get("stop")
     new_bytes = sum(st.segment_offset - max(0, change.read_from - st.base_offset) for st in reader.stops)
@@ -429,8 +431,6 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
     summary.windows = len({f.window_id for f in files})
     queue_manifest = queues.close() if queues is not None else None
     summary.wall_s = round(time.monotonic() - t0, 3)
-    # The log's record: the segments read before where this read started, as the earlier build recorded them
-    # (their bytes are the same), then this read's.
     header = manifest_header(config, segments, summary)
     # The log's record: the segments before this read's first, as the earlier build recorded them (their
     # bytes are the same), then what this read saw.
@@ -445,16 +445,14 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
     header["reused"] = reuse.as_dict()
     for f in files:
         sources[f.name] = os.path.join(index_dir, f.name)
-    from rocketidx.output.local import Staging
     manifest = output.commit(Staging(staging, staging), files, header, config.tzinfo, sources=sources,
                              fixed_names=fixed)
     if tdir:
-        lost = getattr(blocks, "lost", set())
         for seg in segments:
-            if seg.base_offset in lost:  # half a segment's index would skip the other half: none is kept
+            if seg.base_offset == lost:  # half a segment's index would skip the other half: none is kept
                 timeindex.index_path(tdir, seg).unlink(missing_ok=True)
         timeindex.keep(tdir, segments, blocks, [st for st in summary.stops if st["phy_offset"] - st["segment_offset"]
-                                                not in lost], config.check_crc)
+                                                != lost], config.check_crc)
     return manifest, reuse
 
 
@@ -490,11 +488,11 @@ def _plan_windows(old: _OldIndex, change: Change, windowed: bool, reuse: Reuse) 
 
 
 def _cut_sequence(old: _OldIndex, change: Change, segments: list[Segment], index_dir: str, config: BuildConfig
-                  ) -> list[ManifestFile] | None:
+                  ) -> tuple[list[ManifestFile], ManifestFile | None] | None:
     """One sequence, a rewritten tail: the files as a build of the log up to ``read_from`` left them. Files
     whose entries all lie past it go; the first holding one past it is cut to its entries before it, written
-    anew in ``index_dir`` (its staged name); returns the rows of the files that stay, the cut one last with its
-    new header. None: nothing to cut."""
+    anew in ``index_dir`` (its staged name). Returns the rows of the files that stay, the cut one last with its
+    new header, and that row (None: no file was cut); None: nothing to cut."""
     rows = old.windows.get(0, [])
     if not rows or rows[-1].end_phy_offset < change.read_from:
         return None
@@ -503,12 +501,12 @@ def _cut_sequence(old: _OldIndex, change: Change, segments: list[Segment], index
     items = np.fromfile(old.path(row), L.INDEX_ITEM, count=row.index_count, offset=L.items_offset(config.hash_slot_num))
     m = int(np.searchsorted(items["phy_offset"][L.FIRST_INDEX:].astype(np.int64), change.read_from))
     if m == 0:
-        return rows[:k]  # the next entry opens a new file, as it did before
+        return rows[:k], None  # the next entry opens a new file, as it did before
     end_phy = int(items["phy_offset"][m])
     # Its endTimestamp is the store time of its last message kept; where the log no longer holds that message it
     # is unknown, which matters only if no new entry is put in the file (the build checks: UNKNOWN_TIME).
-    end_ts = _store_time(segments, end_phy)
-    end_ts = UNKNOWN_TIME if end_ts is None else end_ts
+    found = _record_at(segments, end_phy)
+    end_ts = UNKNOWN_TIME if found is None else found[1]
     kept = items[:m + 1].copy()
     slot = slot_of(kept["key_hash"][1:].astype(np.int64), config.hash_slot_num)
     # Each slot holds its newest kept item; a put found its slot empty once per slot used (hashSlotCount).
@@ -524,28 +522,31 @@ def _cut_sequence(old: _OldIndex, change: Change, segments: list[Segment], index
         os.pwrite(f.fileno(), kept.tobytes(), L.items_offset(config.hash_slot_num))
         f.flush()
         os.fdatasync(f.fileno())
-    return rows[:k] + [ManifestFile(row.name, 0, row.window_start_ms, row.seq, header.begin_timestamp, end_ts,
-                                    header.begin_phy_offset, end_phy, len(used), m + 1, m)]
+    cut = ManifestFile(row.name, 0, row.window_start_ms, row.seq, header.begin_timestamp, end_ts,
+                       header.begin_phy_offset, end_phy, len(used), m + 1, m)
+    return rows[:k] + [cut], cut
 
 
-def _store_time(segments: list[Segment], phy: int) -> int | None:
-    """STORETIMESTAMP of the record at ``phy``, or None when the log no longer holds it."""
+def _record_at(segments: list[Segment], phy: int) -> tuple[np.void, int] | None:
+    """The fixed first fields (:data:`rocketidx.layout.RECORD_PREFIX`) of the record at ``phy`` and its
+    STORETIMESTAMP, or None when the log no longer holds it."""
     seg = next((s for s in segments if s.base_offset <= phy < s.end_offset), None)
     if seg is None:
         return None
     buf = open_segment(seg)
     at = phy - seg.base_offset
-    sysflag = int(np.frombuffer(buf, ">i4", 1, at + L.RECORD_PREFIX.fields["sys_flag"][1])[0])
-    at += L.RECORD_PREFIX.itemsize + (20 if sysflag & L.SYSFLAG_BORNHOST_V6 else 8)
-    return int(np.frombuffer(buf, ">i8", 1, at)[0])
+    prefix = np.frombuffer(buf, L.RECORD_PREFIX, 1, at)[0]
+    at += L.RECORD_PREFIX.itemsize + (20 if int(prefix["sys_flag"]) & L.SYSFLAG_BORNHOST_V6 else 8)
+    return prefix, int(np.frombuffer(buf, ">i8", 1, at)[0])
 
 
-def _seed_blocks(blocks: BlockCollector, tdir: str, segments: list[Segment], change: Change) -> None:
+def _seed_blocks(blocks: BlockCollector, tdir: str, segments: list[Segment], change: Change) -> int | None:
     """The time index of the segment this read starts inside: its blocks before the start, from the index
-    kept of it (else that segment's index is dropped: one of half a segment would skip the rest)."""
+    kept of it. Returns the base offset of that segment when its index cannot give them (then none is kept
+    of it: one of half a segment would skip the rest)."""
     seg = next((s for s in segments if s.base_offset < change.read_from < s.end_offset), None)
     if seg is None:
-        return
+        return None
     try:
         idx = timeindex.load(tdir, seg)
     except TimeIndexError:
@@ -553,13 +554,13 @@ def _seed_blocks(blocks: BlockCollector, tdir: str, segments: list[Segment], cha
     at = change.read_from - seg.base_offset
     if idx is None or idx.stop_offset != at or idx.block_bytes != blocks.block_bytes or \
             _fingerprint(open_segment(seg), at) != (idx.head_crc, idx.tail_crc):
-        blocks.lost = getattr(blocks, "lost", set()) | {seg.base_offset}
-        return
+        return seg.base_offset
     e = idx.entries
     have = np.flatnonzero(e["first"] >= 0)
     rows = np.stack([have, e["first"][have], e["min_ts"][have], e["max_ts"][have]], axis=1).astype(np.int64)
     blocks.absorb([{"base_offset": seg.base_offset, "block_bytes": idx.block_bytes, "data": rows.tobytes(),
                     "mismatch": idx.phy_mismatch_at}])
+    return None
 
 
 def _entry_batch(buf, seg: Segment, recs, entries, config: BuildConfig,
@@ -642,8 +643,7 @@ def _window_pieces(segments: list[Segment], change: Change, windows: set[int], c
         a = assign_windows(e["min_ts"], config.window_ms)
         b = assign_windows(e["max_ts"], config.window_ms)
         # A block is wanted when some wanted window lies between its least and greatest store time's.
-        want = has & np.array([bool(((lo_w >= x) & (lo_w <= y)).any()) for x, y in zip(a.tolist(), b.tolist())],
-                              bool) if len(e) else has
+        want = has & ((lo_w[None, :] >= a[:, None]) & (lo_w[None, :] <= b[:, None])).any(axis=1)
         k = 0
         n = len(e)
         while k < n:
@@ -769,7 +769,8 @@ class _Queues:
         if t * UNIT <= st.min_offset:
             return names
         phy = int(self._unit(topic, qid, t * UNIT, written)["phy_offset"])
-        if topic.startswith(L.LMQ_PREFIX) or self._queue_offset_at(phy) != t or t == 0:
+        found = _record_at(self.segments, phy)
+        if topic.startswith(L.LMQ_PREFIX) or found is None or int(found[0]["queue_offset"]) != t or t == 0:
             raise FullBuild(f"queue {topic}/{qid}: its first message left is not at its own slot")
         f = self.file_size
         first_file = t * UNIT - (t * UNIT) % f
@@ -782,14 +783,6 @@ class _Queues:
         units["phy_offset"][:k], units["size"][:k], units["tags_code"][:k] = L.CQ_BLANK
         written[name] = units.tobytes()
         return [n for n in names if int(n) >= first_file]
-
-    def _queue_offset_at(self, phy: int) -> int | None:
-        seg = next((s for s in self.segments if s.base_offset <= phy < s.end_offset), None)
-        if seg is None:
-            return None
-        buf = open_segment(seg)
-        at = phy - seg.base_offset + L.RECORD_PREFIX.fields["queue_offset"][1]
-        return int(np.frombuffer(buf, ">i8", 1, at)[0])
 
     def _broker_deletes(self, topic, qid, names, written) -> list[str]:
         """``deleteExpiredFileByOffset``: every file but the last whose last entry's offset is below the log's

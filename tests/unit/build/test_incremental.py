@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from rocketidx.config import build_request
+from rocketidx.errors import CorruptRecordError
 from rocketidx.ops.build import build
 from rocketidx.sample.generate import GenConfig, generate_store
 
@@ -143,3 +144,45 @@ def test_verify_judges_a_one_sequence_output_after_retention_and_still_finds_dam
     data[at:at + 8] = (int.from_bytes(data[at:at + 8], "big") + 1).to_bytes(8, "big")
     newest.resolve().write_bytes(bytes(data))
     assert main(["verify", "--index", out, "--commitlog", log, "--in-process"]) == 1
+
+
+@pytest.mark.parametrize("case", ["g4-torn-tail", "g5-corrupt-crc-last-segment"])
+def test_a_damaged_log_is_brought_up_to_date_as_a_full_build_reads_it(tmp_path, case):
+    """Bad input: a log whose read stops at a torn record or a bad CRC. Run again on the same bytes, nothing
+    changed (the stop is judged again, the same). A log whose first record went bad is refused as a full build
+    refuses it, and the output stays. Garbage where the read stopped, and a byte flipped in the first segment's
+    last record, are found: the output equals a full build of the damaged log."""
+    from refdata import GOLDEN
+    log, out, ref = tmp_path / "log", str(tmp_path / "out"), tmp_path / "ref"
+    shutil.copytree(GOLDEN / case / "commitlog", log)
+    _build(str(log), out, 3_600_000)
+    again = _build(str(log), out, 3_600_000).summary
+    assert again.incremental["why"] == "nothing changed"
+    stop = again.stop
+    seg = log / stop["segment"]
+    data = bytearray(seg.read_bytes())
+    data[stop["segment_offset"]:stop["segment_offset"] + 64] = bytes(range(7, 71))  # garbage where it stopped
+    seg.write_bytes(bytes(data))
+    first = sorted(log.iterdir())[0]
+    clean = first.read_bytes()
+    body = bytearray(clean)
+    from rocketidx.commitlog.readers import CommitLogReader
+    from rocketidx.commitlog.segments import list_segments
+    import rocketidx.layout as L
+    _, _, first_recs = next(CommitLogReader(list_segments(str(log)), check_crc=False).record_chunks())
+    body[int(first_recs[0, L.REC_BODY_POS])] ^= 0xFF  # the log's first record's body: no log, as a full build says
+    first.write_bytes(bytes(body))
+    before = os.readlink(os.path.join(out, "current"))
+    with pytest.raises(CorruptRecordError):
+        _build(str(log), out, 3_600_000)
+    assert os.readlink(os.path.join(out, "current")) == before
+    body = bytearray(clean)
+    import json
+    read_end = json.loads((Path(out) / "_manifest.json").read_text())["incremental"]["log"][0]["read_end"]
+    body[read_end - 100] ^= 0xFF  # in the first segment's last record read (its fingerprinted last 64 KiB)
+    first.write_bytes(bytes(body))
+    said = _build(str(log), out, 3_600_000).summary.incremental
+    assert said.get("read_from") == int(first.name), said
+    shutil.rmtree(ref, ignore_errors=True)
+    _build(str(log), str(ref), 3_600_000, full=True)
+    assert not _differs(_output(out), _output(str(ref)))
