@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from rocketidx.build.log_record import KEY, record
 from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.commitlog.native import reader_name, readers_of
@@ -185,7 +186,6 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
     if queues is not None:
         manifest["consumequeues"] = summary.consumequeue = queues
     if not kept and read_from is None and name_after is None and resolved.stops:
-        from rocketidx.build.incremental import KEY, record
         rec = record(config, segments, list(resolved.stops))
         if rec is not None:
             manifest[KEY] = rec

@@ -43,10 +43,11 @@ import numpy as np
 
 import rocketidx.layout as L
 from rocketidx.build.finish import refuse_invalid_log
+from rocketidx.build.log_record import KEY, record, settings_of
 from rocketidx.build.summary import BuildSummary, manifest_header
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
-from rocketidx.commitlog.entries import entry_positions, rollback_count, tag_entries_on
+from rocketidx.commitlog.entries import entry_positions, rollback_count
 from rocketidx.commitlog.keys import slot_of
 from rocketidx.commitlog.readers import CommitLogReader, RangeReader, first_misplaced, peek_stop
 from rocketidx.commitlog.records import STOP_BLANK, STOP_CORRUPT, STOP_END_OF_DATA, STOP_SEGMENT_END
@@ -57,7 +58,7 @@ from rocketidx.config import BuildConfig
 from rocketidx.consumequeue.placement import UNIT, QueueState
 from rocketidx.consumequeue.writer import ConsumeQueueWriter, QueueInfo, file_name
 from rocketidx.index.reader import Header
-from rocketidx.index.windows import assign_windows, render_name, staging_name
+from rocketidx.index.windows import assign_windows, staging_name
 from rocketidx.index.writer import FileInfo, WindowWriter
 from rocketidx.output.local import LocalOutput, Staging, fsync_dir
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, INDEX_DIR, Manifest, ManifestFile
@@ -65,42 +66,8 @@ import rocketidx.storage as storage
 
 log = logging.getLogger(__name__)
 
-KEY = "incremental"  # the manifest's record of what a later build needs
 UNKNOWN_TIME = -(2**62)  # a cut index file's end time while no entry has replaced it
 _FINAL = (STOP_END_OF_DATA, STOP_CORRUPT)
-
-
-# --- what a build records -----------------------------------------------------------------------------------
-
-def settings_of(config: BuildConfig) -> dict:
-    """Every setting that changes the bytes of an output, resolved: two builds whose settings are equal
-    write the same files from the same log. The time zone is recorded by what it makes of two instants
-    (its offset in winter and in summer), so ``local`` on another host with another zone differs."""
-    tz = config.tzinfo
-    return {"hash_slot_num": config.hash_slot_num, "index_num": config.index_num, "window_ms": config.window_ms,
-            "timezone": [render_name(0, tz), render_name(15_552_000_000, tz)], "check_crc": config.check_crc,
-            "targets": list(config.targets),
-            "queue_file_size": config.queue_file_size if config.consumequeue else None,
-            "delay_levels": config.delay_levels if config.consumequeue else None,
-            "light_queues": repr(config.light_queues) if config.consumequeue else None,
-            "batch_topics": list(config.batch_topics), "batch_file_size": config.batch_file_size,
-            "tag_entries": tag_entries_on()}
-
-
-def record(config: BuildConfig, segments: list[Segment], stops: list[dict]) -> dict | None:
-    """The manifest's ``incremental`` record of a whole log's build (None for a log behind a URI: its bytes are
-    not fingerprinted here, so a later build reads it in full)."""
-    by_name = {s.name: s for s in segments}
-    rows = []
-    for st in stops:
-        seg = by_name.get(st["segment"])
-        if seg is None or storage.is_remote(seg.path):
-            return None
-        end = st["segment_offset"]
-        head, tail = _fingerprint(open_segment(seg), end)
-        rows.append({"name": seg.name, "base_offset": seg.base_offset, "size": seg.size, "read_end": end,
-                     "kind": st["kind"], "head_crc": head, "tail_crc": tail})
-    return {"settings": settings_of(config), "log": rows}
 
 
 # --- what changed ---------------------------------------------------------------------------------------------
