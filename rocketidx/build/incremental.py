@@ -248,9 +248,10 @@ class _OldIndex:
 
 
 def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments: list[Segment],
-                      time_index: str | None, progress=None) -> tuple[dict, BuildSummary]:
+                      time_index: str | None, progress=None, threads: int = 1) -> tuple[dict, BuildSummary]:
     """Bring ``out`` up to date with the log (see the module docstring); :func:`plan` said it can be. Raises
-    :class:`FullBuild` before anything is committed when the rules cannot show the bytes."""
+    :class:`FullBuild` before anything is committed when the rules cannot show the bytes. ``threads``: the new
+    bytes are scanned on this many (:func:`rocketidx.commitlog.readers.read_ahead`); the writing is one."""
     t0 = time.monotonic()
     output = LocalOutput(out)
     summary = BuildSummary(segments=len(segments))
@@ -273,7 +274,7 @@ def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments
         staging = output.new_staging()
         try:
             manifest, reuse = _build(output, staging.path, old_dir, previous, config, change, segments, summary,
-                                     time_index, progress, t0)
+                                     time_index, progress, t0, threads)
         except BaseException:
             output.discard(staging)
             raise
@@ -283,7 +284,7 @@ def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments
 
 def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, config: BuildConfig,
            change: Change, segments: list[Segment], summary: BuildSummary, time_index: str | None, progress,
-           t0: float) -> tuple[dict, Reuse]:
+           t0: float, threads: int) -> tuple[dict, Reuse]:
     reuse = Reuse(read_from=change.read_from, why=("retention removed the log's oldest segments; " if change.retention
                                                    else "") + change.why)
     windowed = config.window_ms > 0
@@ -354,7 +355,7 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
     blocks = BlockCollector(DEFAULT_BLOCK_BYTES) if tdir else None
     reader = CommitLogReader([s for s in segments if s.end_offset > change.read_from], check_crc=config.check_crc,
                              batch_records=config.batch_records, start_offset=change.read_from,
-                             on_records=blocks.add if blocks else None, start_at_record=True)
+                             on_records=blocks.add if blocks else None, start_at_record=True, threads=threads)
     lost = _seed_blocks(blocks, tdir, segments, change) if blocks is not None else None
 
     def batches():

@@ -33,12 +33,23 @@ EXIT_CODES_HELP = ("exit codes: 0 done; 1 the input has problems (verify found s
                    "OSError: one line on stderr); 130 interrupted (Ctrl-C, SIGTERM); 141 stdout's reader left")
 
 
+class _Version(argparse.Action):
+    """``--version``: the installed version is looked up when asked for (importlib.metadata takes 30 ms, which
+    every other command would pay at start-up)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"rocketidx {package_version()}")  # on stdout, as argparse's own version action prints it
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="rocketidx", description="Rebuild, query and inspect RocketMQ IndexFiles.",
                       epilog=EXIT_CODES_HELP)
     add_verbose(p)
-    p.add_argument("--version", action="version", version=f"rocketidx {package_version()}",
-                   help="print rocketidx's version and exit")
+    p.add_argument("--version", action=_Version, help="print rocketidx's version and exit")
     sub = p.add_subparsers(dest="command", required=True)
     # The order `rocketidx --help` lists them in.
     for add in (gen.add_gen_parser, build.add_parser, gen.add_demo_parser, backfill.add_parser, verify.add_parser,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+# pyarrow.compute is imported by the functions that use it: its import takes 40 ms, which a command that never
+# calls them (an incremental index build, a query) does not pay.
 
 from rocketidx.arrays import binary_array, gather_ranges
 from rocketidx.commitlog.records import gather_at
@@ -64,6 +65,7 @@ def decode_java_utf8(arr: pa.BinaryArray) -> pa.StringArray:
 
 def parse_properties(props: pa.StringArray) -> pa.MapArray:
     """Every property as a map, names sorted, as ``MessageDecoder.string2messageProperties`` parses."""
+    import pyarrow.compute as pc
     pieces = pc.split_pattern(props, L.PROPERTY_SEPARATOR)
     parent = pc.list_parent_indices(pieces)
     flat = pc.list_flatten(pieces)

@@ -22,7 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+# pyarrow.compute is imported by the functions that use it: its import takes 40 ms, which a command that never
+# calls them (an incremental index build, a query) does not pay.
 
 import rocketidx.layout as L
 from rocketidx.arrays import binary_array, gather_ranges
@@ -228,6 +229,7 @@ def _plain_units(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray, rr: np.ndar
 def _listed_units(u8: np.ndarray, recs: np.ndarray, rows: np.ndarray, rr: np.ndarray) -> _Units:
     """The units of ``rows`` by Java's rules in full: ``String.split(",")`` of both lists (trailing empty items
     dropped, a blank list none), lists of different lengths none, each offset as ``Long.parseLong`` takes it."""
+    import pyarrow.compute as pc
     with_rows, names, offsets = _light_lists(u8, recs, rows, rr)
     if not len(with_rows):
         return _Units(np.zeros(0, np.int64), [], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool))
@@ -327,6 +329,7 @@ _SPLIT_SPECIAL = r",$|^$|^[^0-9A-Za-z%]"
 def _java_split(values: pa.Array) -> pa.ListArray:
     """Java ``value.split(",")`` of each string: trailing empty items dropped (",," splits to no item), a blank
     value (``StringUtils.isBlank``: empty or whitespace) to no item, as it dispatches nothing."""
+    import pyarrow.compute as pc
     if not len(values) or not pc.any(pc.match_substring_regex(values, _SPLIT_SPECIAL)).as_py():
         return pc.split_pattern(values, pattern=",")  # no trailing comma, no blank value: a plain split
     trimmed = pc.utf8_rtrim(values, characters=",")
@@ -343,6 +346,7 @@ def java_parse_longs(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``Long.parseLong`` of each string: (the values, 0 where it throws; a bool mask of where it throws). The
     plain ones are cast at once; any other (a sign '+', 19 digits or more, Unicode digits, not a number at all:
     rare) is judged one by one by :func:`rocketidx.commitlog.javaparse.java_parse_integer`."""
+    import pyarrow.compute as pc
     plain = pc.match_substring_regex(values, _PLAIN_LONG)
     if pc.all(plain).as_py() is not False:  # the common case: one cast
         return pc.cast(values, pa.int64()).to_numpy(zero_copy_only=False), np.zeros(len(values), bool)
@@ -406,6 +410,7 @@ def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tu
     them, each record's index). An absent field is the empty string, which hashes as no TAGS does (0). Two
     byte strings that decode alike (malformed UTF-8 becomes U+FFFD) are one value, as they are one queue
     directory or one tag to the broker."""
+    import pyarrow.compute as pc
     d, o = gather_ranges(u8, recs[:, pos_col], np.maximum(recs[:, len_col], 0))
     enc = pc.dictionary_encode(binary_array(d, o))
     decoded = decode_java_utf8(enc.dictionary).to_pylist()

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+# pyarrow.compute is imported by the functions that use it: its import takes 40 ms, which a command that never
+# calls them (an incremental index build, a query) does not pay.
 
 from rocketidx.commitlog.columns import records_to_batch
 from rocketidx.commitlog.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
@@ -63,6 +64,7 @@ def indexable(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
 
 def extract_entry_keys(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np.ndarray, pa.Array]:
     """Every entry of the batch as (message row, entry_seq, key string ``topic#key``), in broker order."""
+    import pyarrow.compute as pc
     n = batch.num_rows
     rows = np.arange(n)
     ok = indexable(batch)

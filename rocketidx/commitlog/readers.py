@@ -60,11 +60,12 @@ class RangeReader:
         self.native = native
         self.on_records = on_records  # called with (segment, records array) for every batch scanned
         self.stop: ReadStop | None = None
+        self.first: int | None = None  # where the first record read starts (None: none starts in the range)
         self.records = 0
 
     def _chunks(self, scan):
         seg, start, end = self.range.segment, self.range.start, self.range.end
-        first = start if self.at_record else find_first_record(self.buf, seg, start, end)
+        first = self.first = start if self.at_record else find_first_record(self.buf, seg, start, end)
         if first is None:
             self.stop = ReadStop(seg.path, seg.base_offset, end if end < seg.size else seg.size,
                                  STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,
@@ -131,8 +132,9 @@ class CommitLogReader:
     def __init__(self, segments: list[Segment], *, check_crc: bool = True,
                  batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None,
                  start_offset: int | None = None, end_offset: int | None = None, on_records=None,
-                 start_at_record: bool = False):
+                 start_at_record: bool = False, threads: int = 1):
         self.segments, self.check_crc, self.batch_records = segments, check_crc, batch_records
+        self.threads = threads  # >1: each segment's bytes are scanned in pieces on this many threads (read_ahead)
         self.start_at_record = start_at_record  # start_offset is where a record starts (RangeReader's at_record)
         self.on_records = on_records  # see RangeReader
         self.start_offset = start_offset  # absolute; reading starts at the first record at or after it
@@ -154,20 +156,32 @@ class CommitLogReader:
             if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
                 start = self.start_offset - seg.base_offset
             end = seg.size if self.end_offset is None else min(seg.size, self.end_offset - seg.base_offset)
-            reader = RangeReader(buf, SegmentRange(seg, start, end), check_crc=self.check_crc,
-                                 batch_records=self.batch_records, native=self.native, on_records=self.on_records,
-                                 at_record=self.start_at_record and start > 0)
-            for item in (reader.entry_chunks() if entries else reader.record_chunks()):
+            at_record = self.start_at_record and start > 0
+            if self.threads > 1 and end - start >= 2 * PIECE_BYTES:
+                items = read_ahead(buf, seg, start, end, at_record, entries, self.threads, check_crc=self.check_crc,
+                                   batch_records=self.batch_records, native=self.native)
+            else:
+                reader = RangeReader(buf, SegmentRange(seg, start, end), check_crc=self.check_crc,
+                                     batch_records=self.batch_records, native=self.native, at_record=at_record)
+                items = _with_stop(reader, reader.entry_chunks() if entries else reader.record_chunks())
+            while True:
+                try:
+                    item = next(items)
+                except StopIteration as done:
+                    stop = done.value
+                    break
                 recs = item[0] if entries else item
+                if self.on_records is not None:
+                    self.on_records(seg, recs)
                 self.records += len(recs)
                 self.in_segment = int(recs[-1, L.REC_POS] + recs[-1, L.REC_TOTAL])
                 yield (seg, buf) + (item if entries else (item,))
             self.in_segment = 0
             self.segments_read += 1
-            self.stops.append(reader.stop)
-            self.bytes_read += reader.stop.segment_offset
-            self.stop = reader.stop
-            if reader.stop.final:
+            self.stops.append(stop)
+            self.bytes_read += stop.segment_offset
+            self.stop = stop
+            if stop.final:
                 return
 
     def record_chunks(self) -> Iterator[tuple[Segment, object, np.ndarray]]:
@@ -181,6 +195,64 @@ class CommitLogReader:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         for seg, buf, recs in self.record_chunks():
             yield records_to_batch(buf, seg, recs)
+
+
+def _with_stop(reader: RangeReader, items):
+    """``items`` (a reader's chunks), returning the reader's stop when they end."""
+    yield from items
+    return reader.stop
+
+
+# read_ahead's pieces: a few per core in a 256 MiB segment, each a few dozen batches, so a thread's output waiting
+# to be consumed stays small (a piece's records and entries: about a third of its bytes).
+PIECE_BYTES = 32 << 20
+
+
+def read_ahead(buf, seg: Segment, start: int, end: int, at_record: bool, entries: bool, threads: int, *,
+               check_crc: bool, batch_records: int, native: bool | None):
+    """The chunks of a sequential read of ``[start, end)`` of one segment, in order, scanned in pieces of
+    :data:`PIECE_BYTES` on ``threads`` threads (the compiled kernel releases the GIL while it scans); returns the
+    stop a sequential read makes.
+
+    A piece after the first finds its first record by resynchronising (RangeReader); it is used only when that
+    is exactly where the record chain of the pieces before it leads, else that piece is read again from there,
+    so the records, the entries and the stop are a sequential read's whatever the bytes. At most ``threads + 1``
+    pieces are in flight, which bounds the memory whatever the segment's size."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = list(range(start, end, PIECE_BYTES)) + [end]
+    ranges = list(zip(cuts, cuts[1:]))
+
+    def piece(a: int, b: int, at: bool) -> tuple[RangeReader, list]:
+        reader = RangeReader(buf, SegmentRange(seg, a, b), check_crc=check_crc, batch_records=batch_records,
+                             native=native, at_record=at)
+        return reader, list(reader.entry_chunks() if entries else reader.record_chunks())
+
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="read-ahead")
+    try:
+        pending = {}
+        expected = None  # where the chain of records read so far leads (None: no record found yet, still searching)
+        for k, (a, b) in enumerate(ranges):
+            for j in range(k, min(k + threads + 1, len(ranges))):
+                if j not in pending:
+                    pending[j] = pool.submit(piece, *ranges[j], at_record if j == 0 else False)
+            future = pending.pop(k)
+            if expected is not None and expected >= b:
+                future.cancel()  # a record of the piece before runs past this whole piece: none of the chain starts here
+                continue
+            reader, items = future.result()
+            if expected is not None and reader.first != expected:
+                reader, items = piece(expected, b, True)
+            yield from items
+            stop = reader.stop
+            if k == len(ranges) - 1 or stop.kind != STOP_RANGE_END:
+                return stop
+            if reader.first is not None:
+                expected = stop.segment_offset
+        return stop
+    finally:
+        # No thread may still scan the segment's mapping once the caller goes on (and may close it).
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class SegmentView:

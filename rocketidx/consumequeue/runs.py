@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+# pyarrow.compute is imported by the functions that use it: its import takes 40 ms, which a command that never
+# calls them (an incremental index build, a query) does not pay.
 
 import rocketidx.layout as L
 from rocketidx.arrays import queue_order
@@ -174,6 +175,7 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
     ``read_ends(piece, piece_at, n)``: the entry ends of ``n`` units in a piece (asked for only where the
     broker's ``maxPhysicOffset`` rule may drop some: a replayed or rewritten log).
     """
+    import pyarrow.compute as pc
     out = Settled([], [])
     if not runs.num_rows:
         return out

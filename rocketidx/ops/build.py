@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from rocketidx.build.engine import IN_PROCESS, Engine, data_bytes
-from rocketidx.build.pool import default_workers
+from rocketidx.build.pool import available_cores, default_workers
 from rocketidx.build.summary import BuildSummary, unread
 from rocketidx.commitlog.entries import index_rules
 from rocketidx.commitlog.segments import Segment, commitlog_dir, list_segments
@@ -125,7 +125,8 @@ def _incremental(r: BuildRequest, segments, progress: Progress) -> tuple[BuildRe
     try:
         with progress.reading(work) as hook:
             manifest, summary = incremental.build_incremental(r.commitlog, r.out, r.config, segments=segments,
-                                                              time_index=r.time_index, progress=hook)
+                                                              time_index=r.time_index, progress=hook,
+                                                              threads=r.engine.workers or available_cores())
     except incremental.FullBuild as e:
         return None, str(e)
     engine = Engine(IN_PROCESS, "an incremental build reads what changed, in this process")

@@ -38,8 +38,8 @@ def store(tmp_path_factory) -> str:
     return str(root / "store" / "commitlog")
 
 
-def _build(log: str, out: str, window_ms: int, *, full: bool = False):
-    return build(build_request(log, out, window_ms=window_ms, full=full, **SETTINGS))
+def _build(log: str, out: str, window_ms: int, *, full: bool = False, workers: int | None = None):
+    return build(build_request(log, out, window_ms=window_ms, full=full, workers=workers, **SETTINGS))
 
 
 def _output(out: str) -> tuple[dict, dict]:
@@ -70,8 +70,14 @@ def _differs(got: tuple[dict, dict], want: tuple[dict, dict]) -> list[str]:
             for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-@pytest.mark.parametrize("window_ms,seed", [(3_600_000, 1), (3_600_000, 2), (0, 3), (0, 4)])
-def test_random_steps_equal_the_reference(store, tmp_path, window_ms, seed):
+@pytest.mark.parametrize("window_ms,seed,pieces", [(3_600_000, 1, False), (3_600_000, 2, True), (0, 3, False),
+                                                   (0, 4, True)])
+def test_random_steps_equal_the_reference(store, tmp_path, monkeypatch, window_ms, seed, pieces):
+    """``pieces``: the incremental builds scan the new bytes in pieces of 40,000 bytes on 2 threads
+    (rocketidx.commitlog.readers.read_ahead), a dozen pieces to a segment, boundaries inside records."""
+    if pieces:
+        import rocketidx.commitlog.readers as readers
+        monkeypatch.setattr(readers, "PIECE_BYTES", 40_000)
     rng = np.random.default_rng(seed)
     world = World(store)
     log, out = str(tmp_path / "log"), str(tmp_path / "out")
@@ -98,7 +104,7 @@ def test_random_steps_equal_the_reference(store, tmp_path, window_ms, seed):
         if world.count == world.n:
             world.rewrite(3000, 0, rng)  # keep room to grow
         world.write(log)
-        result = _build(log, out, window_ms)
+        result = _build(log, out, window_ms, workers=2 if pieces else None)
         said = result.summary.incremental or {}
         if "read_from" in said:
             incremental += 1
