@@ -49,7 +49,7 @@ from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
 from rocketidx.commitlog.dispatch import delay_levels_ms, dispatch
 from rocketidx.commitlog.entries import entry_positions, rollback_count
 from rocketidx.commitlog.keys import slot_of
-from rocketidx.commitlog.readers import CommitLogReader, RangeReader, first_misplaced, peek_stop
+from rocketidx.commitlog.readers import CommitLogReader, first_misplaced, peek_stop, read_range
 from rocketidx.commitlog.records import STOP_BLANK, STOP_CORRUPT, STOP_END_OF_DATA, STOP_SEGMENT_END
 from rocketidx.commitlog.segments import Segment, SegmentRange, open_segment
 from rocketidx.commitlog.timeindex import DEFAULT_BLOCK_BYTES, BlockCollector, TimeIndexError, _fingerprint
@@ -360,7 +360,7 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
 
     def batches():
         if config.index and rebuild:
-            yield from _old_entries(segments, change, rebuild, config, tdir, reuse)
+            yield from _old_entries(segments, change, rebuild, config, tdir, reuse, threads)
         yield from _new_entries(reader, config, queues, summary, progress, reuse)
 
     written = list(write_windows(batches(), index_dir, sizes, max_open=4, start=start)) if config.index \
@@ -566,19 +566,25 @@ def _new_entries(reader: CommitLogReader, config: BuildConfig, queues, summary: 
 
 
 def _old_entries(segments: list[Segment], change: Change, rebuild: set[int], config: BuildConfig,
-                 tdir: str | None, reuse: Reuse):
+                 tdir: str | None, reuse: Reuse, threads: int):
     """Entries the rebuilt windows need from before ``read_from``."""
     read = 0
     for p in _window_pieces(segments, change, rebuild, config, tdir):
         buf = open_segment(p.segment)
-        rr = RangeReader(buf, p, check_crc=config.check_crc, batch_records=config.batch_records)
-        for recs, entries in rr.entry_chunks():
+        chunks = read_range(buf, p, entries=True, threads=threads, check_crc=config.check_crc,
+                            batch_records=config.batch_records)
+        while True:
+            try:
+                recs, entries = next(chunks)
+            except StopIteration as done:
+                stop = done.value
+                break
             if first_misplaced(p.segment, recs) is not None:
                 raise FullBuild(f"a record in {p.segment.name} holds a PHYSICALOFFSET that is not its position")
             b = _entry_batch(buf, p.segment, recs, entries, config, rebuild)
             if b is not None:
                 yield b
-        read += max(0, min(rr.stop.segment_offset, p.end) - p.start) if rr.stop else p.end - p.start
+        read += max(0, min(stop.segment_offset, p.end) - p.start) if stop else p.end - p.start
     reuse.extra["old_bytes_read"] = read
 
 

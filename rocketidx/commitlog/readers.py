@@ -156,14 +156,9 @@ class CommitLogReader:
             if self.start_offset is not None and seg.base_offset < self.start_offset < seg.end_offset:
                 start = self.start_offset - seg.base_offset
             end = seg.size if self.end_offset is None else min(seg.size, self.end_offset - seg.base_offset)
-            at_record = self.start_at_record and start > 0
-            if self.threads > 1 and end - start >= 2 * PIECE_BYTES:
-                items = read_ahead(buf, seg, start, end, at_record, entries, self.threads, check_crc=self.check_crc,
-                                   batch_records=self.batch_records, native=self.native)
-            else:
-                reader = RangeReader(buf, SegmentRange(seg, start, end), check_crc=self.check_crc,
-                                     batch_records=self.batch_records, native=self.native, at_record=at_record)
-                items = _with_stop(reader, reader.entry_chunks() if entries else reader.record_chunks())
+            items = read_range(buf, SegmentRange(seg, start, end), entries=entries, threads=self.threads,
+                               at_record=self.start_at_record and start > 0, check_crc=self.check_crc,
+                               batch_records=self.batch_records, native=self.native)
             while True:
                 try:
                     item = next(items)
@@ -197,9 +192,17 @@ class CommitLogReader:
             yield records_to_batch(buf, seg, recs)
 
 
-def _with_stop(reader: RangeReader, items):
-    """``items`` (a reader's chunks), returning the reader's stop when they end."""
-    yield from items
+def read_range(buf, rng: SegmentRange, *, entries: bool, threads: int = 1, at_record: bool = False,
+               check_crc: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None):
+    """A :class:`RangeReader`'s chunks of ``rng`` (records arrays, or (records, entries) pairs with ``entries``),
+    scanned on ``threads`` threads where the range holds two pieces or more (:func:`read_ahead`); the generator
+    returns the reader's stop."""
+    if threads > 1 and rng.end - rng.start >= 2 * PIECE_BYTES:
+        return (yield from read_ahead(buf, rng.segment, rng.start, rng.end, at_record, entries, threads,
+                                      check_crc=check_crc, batch_records=batch_records, native=native))
+    reader = RangeReader(buf, rng, check_crc=check_crc, batch_records=batch_records, native=native,
+                         at_record=at_record)
+    yield from (reader.entry_chunks() if entries else reader.record_chunks())
     return reader.stop
 
 
