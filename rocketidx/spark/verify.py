@@ -71,7 +71,7 @@ from rocketidx.spark.sources.commitlog import SOURCE_NAME, SourceOptions, regist
 from rocketidx.spark.tasks import grouped, spark_schema, task_setup, typed_task_errors
 import rocketidx.storage as storage
 from rocketidx.verify.content import CANDIDATE, ContentParams, EntryRows, Found, ItemRows, describe, judge_content
-from rocketidx.verify.core import BuildRead, check_structure, log_mismatch, verify_index
+from rocketidx.verify.core import BuildRead, check_structure, log_mismatch, unexpired_spans, verify_index
 from rocketidx.verify.coverage import add_gap_problems, log_gaps
 from rocketidx.verify.report import MAX_LISTED_PER_KIND, FileSummary, Problem, VerifyReport, listing_order
 
@@ -173,19 +173,24 @@ def _unpack(table: pa.Table, name: str) -> np.ndarray:
         np.zeros(0, _PACKED_TYPES[name])
 
 
-def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int
-               ) -> Iterator[pa.RecordBatch]:
+def items_task(batches: Iterator[pa.RecordBatch], *, groups: Sequence[Sequence[ItemChunk]], split_bytes: int,
+               lo: int = 0) -> Iterator[pa.RecordBatch]:
     """``mapInArrow`` over group numbers: each chunk of the group, ``ITEM_BATCH`` items at a time, as
     :data:`PACKED_ROWS`, read by :func:`rocketidx.index.reader.iter_items` (a task's RSS is one batch, not
-    the file; a file cut short raises :class:`CorruptIndexError` naming it and the byte)."""
+    the file; a file cut short raises :class:`CorruptIndexError` naming it and the byte). Items below ``lo``
+    (the log's first offset, where retention removed messages: the driver counted them) are left out."""
     task_setup()
     for ids in batches:
         for ch in (ch for g in ids.column("id").to_pylist() for ch in groups[g]):
             for a, items in iter_items(ch.ref.path, ch.ref.hash_slot_num, ch.lo, ch.hi, ITEM_BATCH):
                 phy = items["phy_offset"].astype(np.int64)
+                item = np.arange(a, a + len(items))
+                keep = phy >= lo
+                if not keep.all():
+                    items, phy, item = items[keep], phy[keep], item[keep]
                 yield _pack(np.floor_divide(phy, split_bytes), False, {
                     "phy": phy, "kh": items["key_hash"], "td": items["time_diff_s"],
-                    "file": np.full(len(items), ch.file, np.int32), "item": np.arange(a, a + len(items))})
+                    "file": np.full(len(items), ch.file, np.int32), "item": item})
 
 
 def entries_task(batches: Iterator[pa.RecordBatch], *, split_bytes: int, lo: int, hi: int,
@@ -316,8 +321,13 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
         return report
     if rules.fields_out_of_place:
         return _held_in_driver(files, commitlog, window_ms, window_ids, check_crc, open_end, open_start, rules, gaps)
-    lo = min(r["min_phy_offset"] for r in nonempty)
-    hi = max(r["max_phy_offset"] for r in nonempty)
+    # Items below the log's first offset (retention removed their messages) are counted, not judged, as in process.
+    spans = {i: (r["items"], r["min_phy_offset"], r["max_phy_offset"]) for i, r in by_file.items() if r["items"] > 0}
+    spans = unexpired_spans(files, spans, commitlog, report)
+    if not spans:
+        return report
+    lo = min(b for _, b, _ in spans.values())
+    hi = max(e for _, _, e in spans.values())
     report.covered_range = (lo, hi)
     report.log_mismatch = log_mismatch(files, commitlog, check_crc, rules)  # a sample, in the driver
 
@@ -333,10 +343,11 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     read = lambda output: spark.read.format(SOURCE_NAME).options(**replace(opts, output=output).as_options()).load()  # noqa: E731
     entries = read("shuffle").where(F.col("window").isNotNull()).mapInArrow(
         partial(entries_task, split_bytes=split_bytes, lo=lo, hi=hi, rules=rules), spark_schema(PACKED_ROWS))
-    items = _items_frame(spark, by_file, refs, items_per_task, split_bytes, cores)
+    items = _items_frame(spark, {i: r for i, r in by_file.items() if i in spans}, refs, items_per_task, split_bytes,
+                         cores, lo)
     params = ContentParams(
         tuple(L.items_offset(f.hash_slot_num) for f in files), tuple(f.header.begin_timestamp for f in files),
-        tuple(by_file[i]["min_phy_offset"] if by_file[i]["items"] > 0 else -1 for i in range(len(files))),
+        tuple(spans[i][1] if i in spans else -1 for i in range(len(files))),
         window_ms, tuple(window_ids) if window_ids is not None else None, lo, hi, open_start, open_end,
         tuple(f.header.end_timestamp for f in files), tuple(f.header.index_count - 1 for f in files))
     ranges = max(1, hi // split_bytes - lo // split_bytes + 1)
@@ -350,8 +361,10 @@ def verify_index_spark(files: Sequence[IndexFile | str | os.PathLike], commitlog
     return report
 
 
-def _items_frame(spark, by_file: dict, refs: list[FileRef], items_per_task: int, split_bytes: int, cores: int):
-    """The index side: every file's items in chunks of ``items_per_task``, chunks packed into tasks."""
+def _items_frame(spark, by_file: dict, refs: list[FileRef], items_per_task: int, split_bytes: int, cores: int,
+                 lo: int):
+    """The index side: the items of ``by_file``'s files at or past ``lo`` in chunks of ``items_per_task``, chunks
+    packed into tasks."""
     chunks = [ItemChunk(i, refs[i], a, min(r["items"] + 1, a + items_per_task))
               for i, r in sorted(by_file.items()) if r["items"] > 0
               for a in range(L.FIRST_INDEX, r["items"] + 1, items_per_task)]
@@ -359,7 +372,8 @@ def _items_frame(spark, by_file: dict, refs: list[FileRef], items_per_task: int,
     chunk_groups = [[chunks[i] for i in g]
                     for g in pack(sizes, max(cores, math.ceil(sum(sizes) / items_per_task)))]
     return (spark.range(0, len(chunk_groups), 1, len(chunk_groups))
-            .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes), spark_schema(PACKED_ROWS)))
+            .mapInArrow(partial(items_task, groups=chunk_groups, split_bytes=split_bytes, lo=lo),
+                        spark_schema(PACKED_ROWS)))
 
 
 def _found(rows, params: ContentParams, read, lo: int, hi: int):

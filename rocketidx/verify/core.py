@@ -249,7 +249,7 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
         if gaps:
             add_gap_problems(report, log_gaps(commitlog, None, rules, check_crc=check_crc))
         return report
-    spans = _unexpired(files, spans, commitlog, report)
+    spans = unexpired_spans(files, spans, commitlog, report)
     if not spans:
         return report
     lo = min(b for _, b, _ in spans.values())
@@ -285,7 +285,7 @@ def verify_index(files: list[IndexFile], commitlog=None, *, window_ms: int | Non
     return report
 
 
-def _unexpired(files: list[IndexFile], spans: dict[int, tuple[int, int, int]], commitlog, report: VerifyReport
+def unexpired_spans(files: list[IndexFile], spans: dict[int, tuple[int, int, int]], commitlog, report: VerifyReport
                ) -> dict[int, tuple[int, int, int]]:
     """The spans the content pass judges: items at or past the log's first offset. Items below it point at
     messages the broker's retention removed (a broker's index keeps a file until its every entry is below;

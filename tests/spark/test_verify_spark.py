@@ -347,3 +347,26 @@ def test_files_lost_at_either_end_are_the_same_uncovered_stretches(spark, damage
         return
     r = verify_both(spark, d, G3 / "commitlog")
     assert r.counts["uncovered"] > 0 and r.gaps and not r.clean
+
+
+def test_items_below_the_logs_first_offset_are_counted_not_judged_on_spark(spark, tmp_path):
+    """Retention removed the log's first segment; the files keep entries of its messages (as a broker's do, and an
+    incremental one-sequence output): counted in expired_items on both engines, not judged; damage above the
+    log's first offset is still found."""
+    case = GOLDEN / "g3-single-window-tiny-files"
+    log = tmp_path / "commitlog"
+    shutil.copytree(case / "commitlog", log)
+    first = sorted(log.iterdir())[0]
+    first.unlink()
+    index = tmp_path / "index"
+    shutil.copytree(case / "expected" / "index", index)
+    r = verify_both(spark, index, log)
+    assert r.clean and r.expired_items > 0, (r.problems[:5], r.expired_items)
+    newest = sorted(index.iterdir())[-1]
+    data = bytearray(newest.read_bytes())
+    count = struct.unpack_from(">i", data, 36)[0]
+    at = item_at(count - 1, 4)
+    struct.pack_into(">q", data, at, struct.unpack_from(">q", data, at)[0] + 1)
+    newest.write_bytes(bytes(data))
+    r = verify_both(spark, index, log)
+    assert not r.clean and r.expired_items > 0
