@@ -62,8 +62,10 @@ interrupts: $(STAMP)
 	$(BIN)/python bench/campaigns/incremental_kills.py
 
 # Real RocketMQ brokers (tests/brokers/README.md): every pinned version's files, answers and crash campaign
-# (make test runs the one marked ci in tests/brokers/versions.txt, smaller)
+# (make test runs the one marked ci in tests/brokers/versions.txt, smaller), and the tests marked campaign
+# (the live light-queue, batch-queue and RocksDB runs; every golden case on the standalone Spark cluster)
 brokers: $(STAMP)
+	ROCKETIDX_CAMPAIGN=1 $(BIN)/python -m pytest -q -m campaign
 	mkdir -p bench-data && cd tests && ../$(BIN)/python -m brokers.matrix --json ../bench-data/brokers-matrix.json
 	cd tests && ../$(BIN)/python -m brokers.matrix --versions 5.3.3 5.5.0 --set enabledAppendPropCRC=true \
 		--json ../bench-data/brokers-matrix-propcrc.json

@@ -31,6 +31,15 @@ def pytest_configure(config):
     configure_environment()
 
 
+def pytest_collection_modifyitems(config, items):
+    from campaign import CAMPAIGN, SKIP_REASON
+    if CAMPAIGN:
+        return
+    for item in items:
+        if "campaign" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+
+
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's S3 server on 127.0.0.1 (tests/support/s3server.py), for the whole run."""

@@ -1,6 +1,8 @@
 """The pinned CI version of RocketMQ (versions.txt, marked ci), run for real: its own files are the reference
 for rocketidx's, its admin API's answers for rocketidx's queries, and after a kill -9, rocketidx's repair
-must leave a broker that serves every message and every key. ``make brokers`` runs every version."""
+must leave a broker that serves every message and every key. ``make brokers`` runs every version, and these
+tests' light-queue, batch-queue and RocksDB runs (marked ``campaign``: two minutes each, which make test's 30
+minutes cannot hold; brokers.light, matrix --batchcq and brokers.rocksdb run them on more releases there)."""
 from __future__ import annotations
 
 import json
@@ -110,6 +112,7 @@ def test_after_a_crash_the_repaired_store_serves_every_message_and_key(jars, tmp
     assert wrong == [], wrong
 
 
+@pytest.mark.campaign
 def test_light_queues_are_the_brokers_and_serve_every_message_after_a_repair(jars, tmp_path):
     """enableLmq and enableMultiDispatch: a workload naming twelve light queues; consumequeue/ deleted after a
     clean stop, rocketidx backfill --store rebuilds it (the light queues byte for byte), and a light-queue
@@ -123,6 +126,7 @@ def test_light_queues_are_the_brokers_and_serve_every_message_after_a_repair(jar
 
 
 @pytest.mark.skipif(major(VERSION) < 5, reason="queue.type=BatchCQ topics exist from 5.0")
+@pytest.mark.campaign
 def test_batch_consume_queues_are_the_brokers_own_bytes(jars, tmp_path):
     """Two queue.type=BatchCQ topics take batches of 1 to 16 messages and plain sends: rocketidx build
     --topic-config writes the broker's batchconsumequeue/ files byte for byte, and the rest as before."""
@@ -135,8 +139,8 @@ def test_batch_consume_queues_are_the_brokers_own_bytes(jars, tmp_path):
     assert res.batch_lookups[1] > 100 and res.batch_lookups[0] == res.batch_lookups[1], res.batch_lookups
 
 
-
 @pytest.mark.skipif(major(VERSION) < 5, reason="storeType=defaultRocksDB exists from 5.2.0")
+@pytest.mark.campaign
 def test_a_rocksdb_consume_queue_is_checked_damaged_lost_repaired_and_served(jars, tmp_path):
     """storeType=defaultRocksDB: verify --store is clean on the broker's own database and reports an entry
     deleted, an entry changed and a wrong max key; after the database is deleted, backfill --store rebuilds it
