@@ -6,7 +6,9 @@ In: :class:`rocketidx.commitlog.segments.Segment` refs (local or URI), byte rang
 * :class:`RangeReader` (one range of a segment's bytes) and :class:`CommitLogReader` (segments in order,
   as the broker's recovery reads them), yielding records arrays, entries, or message batches;
 * :func:`read_split`: one split read from its file (local, or fetched from a URI), filtered by the spec,
-  ending with a :class:`rocketidx.commitlog.splits.RangeInfo` that says what it saw.
+  ending with a :class:`rocketidx.commitlog.splits.RangeInfo` that says what it saw;
+* :func:`read_range` / :func:`read_ahead`: one range of a segment read as a :class:`RangeReader` reads it, on
+  several threads in pieces where it is long (``CommitLogReader(threads=N)``).
 
 Stays true:
 * a split reads only the records that START in its range, resynchronising on PHYSICALOFFSET where the
@@ -206,8 +208,8 @@ def read_range(buf, rng: SegmentRange, *, entries: bool, threads: int = 1, at_re
     return reader.stop
 
 
-# read_ahead's pieces: a few per core in a 256 MiB segment, each a few dozen batches, so a thread's output waiting
-# to be consumed stays small (a piece's records and entries: about a third of its bytes).
+# read_ahead's pieces: a few per core in a 256 MiB segment, so a thread's output waiting to be consumed stays small
+# (a piece's records arrays and entries take about half its bytes for messages of 700 bytes, more for smaller ones).
 PIECE_BYTES = 32 << 20
 
 
