@@ -272,10 +272,13 @@ def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments
             return previous.to_dict(), summary
         old_dir = os.path.join(output.out, os.readlink(os.path.join(output.out, CURRENT)))
         staging = output.new_staging()
+        stop_threads: list = []  # what _build started that must end before its staging directory goes
         try:
             manifest, reuse = _build(output, staging.path, old_dir, previous, config, change, segments, summary,
-                                     time_index, progress, t0, threads)
+                                     time_index, progress, t0, threads, stop_threads)
         except BaseException:
+            for stop in stop_threads:
+                stop()
             output.discard(staging)
             raise
     summary.incremental = reuse.as_dict()
@@ -284,7 +287,7 @@ def build_incremental(commitlog: str, out: str, config: BuildConfig, *, segments
 
 def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, config: BuildConfig,
            change: Change, segments: list[Segment], summary: BuildSummary, time_index: str | None, progress,
-           t0: float, threads: int) -> tuple[dict, Reuse]:
+           t0: float, threads: int, stop_threads: list) -> tuple[dict, Reuse]:
     reuse = Reuse(read_from=change.read_from, why=("retention removed the log's oldest segments; " if change.retention
                                                    else "") + change.why)
     windowed = config.window_ms > 0
@@ -351,6 +354,8 @@ def _build(output: LocalOutput, staging: str, old_dir: str, previous: Manifest, 
 
     queues = _Queues(previous, old_dir, staging, config, change, windowed, segments, reuse) if config.consumequeue \
         else None
+    if queues is not None:
+        stop_threads.append(queues.abort)
     tdir = time_index
     blocks = BlockCollector(DEFAULT_BLOCK_BYTES) if tdir else None
     reader = CommitLogReader([s for s in segments if s.end_offset > change.read_from], check_crc=config.check_crc,
@@ -664,6 +669,39 @@ class _Queues:
             if b is not None:
                 self.base[(q["topic"], q["queue_id"])] = b
         self.writer = ConsumeQueueWriter(self.new, self.file_size, resume=self._resume)
+        # The file each queue appends to is copied on a thread while the log is read (the copy and its sync are the
+        # kernel's work), so the read does not wait for it at the queue's first new entry. A queue that gets no
+        # entry keeps the copy in place of a link: the same bytes. abort() or close() waits for the thread.
+        self.copies: dict[tuple[str, int], tuple[str, object]] = {}
+        self.copier = None
+        for (topic, qid), (st, names, written) in self.base.items():
+            last = self._appended(st)
+            if last is not None and last in names and last not in written:
+                if self.copier is None:
+                    from concurrent.futures import ThreadPoolExecutor
+                    self.copier = ThreadPoolExecutor(1, thread_name_prefix="queue-copy")
+                self.copies[(topic, qid)] = (last, self.copier.submit(
+                    _copy_synced, os.path.join(self.old, topic, str(qid), last),
+                    os.path.join(self.new, topic, str(qid), last)))
+
+    def _appended(self, st: QueueState) -> str | None:
+        """The file the writer appends a queue's next entry to, when the queue has it already."""
+        return file_name(st.write_pos - st.write_pos % self.file_size) if st.write_pos < st.files_end else None
+
+    def _copied(self, topic: str, qid: int, name: str) -> bool:
+        """Whether ``name`` of the queue was copied ahead (waited for here, so it is in place)."""
+        got = self.copies.get((topic, qid))
+        if got is None or got[0] != name:
+            return False
+        del self.copies[(topic, qid)]
+        got[1].result()
+        self.reuse.queue_files_written += 1
+        return True
+
+    def abort(self) -> None:
+        """Stop copying ahead (the build failed: its staging directory is about to be removed)."""
+        if self.copier is not None:
+            self.copier.shutdown(wait=True, cancel_futures=True)
 
     def _units(self, topic: str, qid: int, name: str) -> np.ndarray:
         with open(os.path.join(self.old, topic, str(qid), name), "rb") as f:
@@ -778,25 +816,18 @@ class _Queues:
         queue.state = st
         queue.created = st.files_end
         os.makedirs(queue.directory, exist_ok=True)
-        last = file_name(st.write_pos - st.write_pos % self.file_size) if st.write_pos < st.files_end else None
+        last = self._appended(st)
         for n in names:
             dst = os.path.join(queue.directory, n)
             if n in written:
                 self._write(dst, written[n])
             elif n == last:  # the writer appends to it: a copy, never the earlier version's file
-                self._copy(os.path.join(self.old, topic, str(qid), n), dst)
+                if not self._copied(topic, qid, n):
+                    _copy_synced(os.path.join(self.old, topic, str(qid), n), dst)
+                    self.reuse.queue_files_written += 1
             else:
                 carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
                 self.reuse.queue_files_carried += 1
-
-    def _copy(self, src: str, dst: str) -> None:
-        shutil.copyfile(src, dst)  # in the kernel (sendfile), not through this process
-        fd = os.open(dst, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.reuse.queue_files_written += 1
 
     def _write(self, dst: str, data: bytes) -> None:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -816,11 +847,16 @@ class _Queues:
                 dst = os.path.join(qdir, n)
                 if n in written:
                     self._write(dst, written[n])
+                elif self._copied(topic, qid, n):
+                    pass
                 else:
                     carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
                     self.reuse.queue_files_carried += 1
             _sync_dir(qdir)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
+        self.abort()
+        if self.copies:  # every file copied ahead is its queue's, in place: none may be left over
+            raise FullBuild(f"a queue file copied ahead was not used: {sorted(self.copies)[:3]}")
         infos.sort(key=lambda q: (q.topic, q.queue_id))
         for k, v in self.writer.dropped.items():
             self.dropped[k] = self.dropped.get(k, 0) + v
@@ -832,6 +868,17 @@ class _Queues:
                 "queues": [q.as_dict() for q in infos], "entries": sum(q.entries for q in infos),
                 "files": sum(len(q.files) for q in infos), "dropped": self.dropped,
                 "gaps": self.gaps + self.writer.gaps}
+
+
+def _copy_synced(src: str, dst: str) -> None:
+    """``src`` copied to ``dst`` in the kernel (sendfile, not through this process) and synced."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    shutil.copyfile(src, dst)
+    fd = os.open(dst, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sync_dir(path: str) -> None:
