@@ -33,6 +33,7 @@ is not at its own slot), the build is a full one and says why.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
@@ -196,12 +197,19 @@ class Reuse:
         return {k: v for k, v in self.__dict__.items() if k != "extra"} | self.extra
 
 
+# What a filesystem that refuses hard links says (across devices, on one that has none, a file's link limit).
+_NO_LINKS = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
 def carry(src: str, dst: str, reuse: Reuse) -> None:
-    """``src`` into the new version as ``dst``: a hard link, a copy where the filesystem refuses links."""
+    """``src`` into the new version as ``dst``: a hard link, a copy where the filesystem refuses links. Any other
+    failure (``dst`` there already, no space) is raised: a copy would hide it."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     try:
         os.link(src, dst)
-    except OSError:
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
         shutil.copyfile(src, dst)
         reuse.copied += 1
 

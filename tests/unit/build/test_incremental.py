@@ -192,3 +192,23 @@ def test_a_damaged_log_is_brought_up_to_date_as_a_full_build_reads_it(tmp_path, 
     shutil.rmtree(ref, ignore_errors=True)
     _build(str(log), str(ref), 3_600_000, full=True)
     assert not _differs(_output(out), _output(str(ref)))
+
+
+def test_a_carried_file_is_copied_only_where_links_are_refused(tmp_path, monkeypatch):
+    """A filesystem without hard links gets a copy, counted; a link that fails for another reason (the file is
+    there already: a file placed twice) is an error, not a copy over it."""
+    import errno
+    from rocketidx.build.incremental import Reuse, carry
+    src = tmp_path / "src"
+    src.write_bytes(b"abc")
+    reuse = Reuse(read_from=0, why="")
+    carry(str(src), str(tmp_path / "a" / "linked"), reuse)
+    assert (tmp_path / "a" / "linked").stat().st_ino == src.stat().st_ino and reuse.copied == 0
+    with pytest.raises(FileExistsError):
+        carry(str(src), str(tmp_path / "a" / "linked"), reuse)
+
+    def refuse(a, b):
+        raise OSError(errno.EXDEV, "cross-device link")
+    monkeypatch.setattr(os, "link", refuse)
+    carry(str(src), str(tmp_path / "b" / "copied"), reuse)
+    assert (tmp_path / "b" / "copied").read_bytes() == b"abc" and reuse.copied == 1
