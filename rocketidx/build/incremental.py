@@ -586,17 +586,13 @@ def _old_entries(segments: list[Segment], change: Change, rebuild: set[int], con
         buf = open_segment(p.segment)
         chunks = read_range(buf, p, entries=True, threads=threads, check_crc=config.check_crc,
                             batch_records=config.batch_records)
-        while True:
-            try:
-                recs, entries = next(chunks)
-            except StopIteration as done:
-                stop = done.value
-                break
+        for recs, entries in chunks:
             if first_misplaced(p.segment, recs) is not None:
                 raise FullBuild(f"a record in {p.segment.name} holds a PHYSICALOFFSET that is not its position")
             b = _entry_batch(buf, p.segment, recs, entries, config, rebuild)
             if b is not None:
                 yield b
+        stop = chunks.stop
         read += max(0, min(stop.segment_offset, p.end) - p.start) if stop else p.end - p.start
     reuse.extra["old_bytes_read"] = read
 

@@ -161,18 +161,14 @@ class CommitLogReader:
             items = read_range(buf, SegmentRange(seg, start, end), entries=entries, threads=self.threads,
                                at_record=self.start_at_record and start > 0, check_crc=self.check_crc,
                                batch_records=self.batch_records, native=self.native)
-            while True:
-                try:
-                    item = next(items)
-                except StopIteration as done:
-                    stop = done.value
-                    break
+            for item in items:
                 recs = item[0] if entries else item
                 if self.on_records is not None:
                     self.on_records(seg, recs)
                 self.records += len(recs)
                 self.in_segment = int(recs[-1, L.REC_POS] + recs[-1, L.REC_TOTAL])
                 yield (seg, buf) + (item if entries else (item,))
+            stop = items.stop
             self.in_segment = 0
             self.segments_read += 1
             self.stops.append(stop)
@@ -194,17 +190,32 @@ class CommitLogReader:
             yield records_to_batch(buf, seg, recs)
 
 
+class Chunks:
+    """Iterate it for a read's chunks; afterwards ``stop`` is the stop its generator returned."""
+
+    def __init__(self, gen):
+        self.gen = gen
+        self.stop: ReadStop | None = None
+
+    def __iter__(self):
+        self.stop = yield from self.gen
+
+
 def read_range(buf, rng: SegmentRange, *, entries: bool, threads: int = 1, at_record: bool = False,
-               check_crc: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None):
+               check_crc: bool = True, batch_records: int = DEFAULT_BATCH_RECORDS, native: bool | None = None
+               ) -> Chunks:
     """A :class:`RangeReader`'s chunks of ``rng`` (records arrays, or (records, entries) pairs with ``entries``),
-    scanned on ``threads`` threads where the range holds two pieces or more (:func:`read_ahead`); the generator
-    returns the reader's stop."""
+    scanned on ``threads`` threads where the range holds two pieces or more (:func:`read_ahead`), and its stop."""
     if threads > 1 and rng.end - rng.start >= 2 * PIECE_BYTES:
-        return (yield from read_ahead(buf, rng.segment, rng.start, rng.end, at_record, entries, threads,
-                                      check_crc=check_crc, batch_records=batch_records, native=native))
+        return Chunks(read_ahead(buf, rng.segment, rng.start, rng.end, at_record, entries, threads,
+                                 check_crc=check_crc, batch_records=batch_records, native=native))
     reader = RangeReader(buf, rng, check_crc=check_crc, batch_records=batch_records, native=native,
                          at_record=at_record)
-    yield from (reader.entry_chunks() if entries else reader.record_chunks())
+    return Chunks(_stopped(reader, reader.entry_chunks() if entries else reader.record_chunks()))
+
+
+def _stopped(reader: RangeReader, chunks):
+    yield from chunks
     return reader.stop
 
 
