@@ -4,9 +4,15 @@ the command line (:func:`rocketidx.cli.main`).
 Handling the signals before ``rocketidx.cli`` is imported matters: its imports (numpy, pyarrow) take a
 noticeable part of a second, and a Ctrl-C then must end the command as quietly as one a minute later.
 """
+import os
 import sys
 
 import rocketidx.interrupts as interrupts
+
+# numpy's OpenBLAS starts a thread per core at import that spins for a while before it sleeps; nothing here
+# multiplies matrices, and on a busy machine those spins take CPU from the build's own workers. Before numpy is
+# imported, and only where the user has not chosen.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -77,6 +77,9 @@ class _Log:
         self.segments, self.lo, self.hi = segments, lo, hi
         self._bufs: dict[int, object] = {}
         self.probes = 0
+        # Per segment, a position from which no record starts (a probe found none within SEARCH_BYTES): later
+        # bisections stop there instead of probing the zero tail of the log's last segment again.
+        self.no_record_from: dict[int, int] = {}
 
     def buf(self, i: int):
         if i not in self._bufs:
@@ -91,7 +94,7 @@ class _Log:
     def record(self, i: int, pos: int) -> tuple[Probe, int] | None:
         """The valid record starting exactly at ``pos`` (structure only, no CRC) and its size, or None."""
         seg = self.segments[i]
-        gen = scan_records(self.buf(i), seg, pos, pos + 1, check_crc=False, batch_records=1)
+        gen = scan_records(self.buf(i), seg, pos, pos + 1, check_crc=False, batch_records=1, judge_tail=False)
         for recs in gen:
             if len(recs):
                 return Probe(pos, int(recs[0, L.REC_STORE_TS])), int(recs[0, L.REC_TOTAL])
@@ -106,6 +109,9 @@ class _Log:
         found = self.record(i, first) if first is not None else None
         # A probe into a zero tail scans megabytes: keep them out of the driver's resident memory.
         release_pages(self.buf(i), pos, end + L.RECORD_PREFIX.itemsize)
+        # None found up to where none can start (a record's length away, or a bound already known): none from pos.
+        if first is None and (end == pos + SEARCH_BYTES or end >= self.no_record_from.get(i, self.bounds(i)[1])):
+            self.no_record_from[i] = min(pos, self.no_record_from.get(i, pos))
         return found[0] if found else None
 
     def close(self) -> None:
@@ -121,7 +127,7 @@ class _Log:
         """Bisection in segment ``i``: the first record after the record at ``lo`` whose store time is at
         least ``ts`` (exact where the log is in time order), or None when no such record was found."""
         seg_lo, seg_hi = self.bounds(i)
-        hi, answer = seg_hi, None
+        hi, answer = max(lo + 1, min(seg_hi, self.no_record_from.get(i, seg_hi))), None
         while hi - lo > WALK_BYTES:
             mid = (lo + hi) // 2
             p = self.probe(i, mid, hi)
@@ -133,7 +139,8 @@ class _Log:
                 lo = p.pos
         # Walk the chain from lo (a record start) to hi, in one scan.
         try:
-            for recs in scan_records(self.buf(i), self.segments[i], lo, hi, check_crc=False, batch_records=4096):
+            for recs in scan_records(self.buf(i), self.segments[i], lo, hi, check_crc=False, batch_records=4096,
+                                     judge_tail=False):
                 later = (recs[:, L.REC_STORE_TS] >= ts) & (recs[:, L.REC_POS] > lo)
                 if later.any():
                     return int(recs[int(later.argmax()), L.REC_POS])

@@ -67,7 +67,7 @@ class RangeReader:
 
     def _chunks(self, scan):
         seg, start, end = self.range.segment, self.range.start, self.range.end
-        first = self.first = start if self.at_record else find_first_record(self.buf, seg, start, end)
+        first = self.first = start if self.at_record else find_first_record(self.buf, seg, start, end, self.native)
         if first is None:
             self.stop = ReadStop(seg.path, seg.base_offset, end if end < seg.size else seg.size,
                                  STOP_RANGE_END if end < seg.size else STOP_SEGMENT_END,

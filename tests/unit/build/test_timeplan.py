@@ -17,6 +17,7 @@ from splitread import same_build
 from rocketidx.build.direct_task import WriterParams, run_task, strays_of
 from rocketidx.build.finish import validate
 from rocketidx.build.in_process import build_index
+import rocketidx.build.plan as plan
 from rocketidx.build.plan import group_ranges, plan_windows, rerun_tasks, task_count, window_of
 from rocketidx.build.results import ranges_of
 from rocketidx.sample.generate import GenConfig, generate_store
@@ -72,6 +73,29 @@ def test_a_log_in_time_order_has_no_strays(tmp_path):
     pos, ts = _records(segments)
     assert _misplaced(ranges, pos, ts, 3_600_000) == 0
     assert [r.window for r in ranges] == sorted({window_of(int(t), 3_600_000) for t in ts})
+
+
+def test_a_zero_tail_is_searched_once_for_all_the_windows_before_it(tmp_path, monkeypatch):
+    """The last segment is mostly zero tail: every window's bisection would search it (megabytes a probe). The
+    plan remembers where no record starts, and its cuts stay each window's first record."""
+    generate_store(tmp_path, GenConfig(messages=6000, segment_bytes=48 * 1024**2, span_ms=12 * 3_600_000))
+    segments = list_segments(tmp_path)
+    pos, ts = _records(segments)
+    data_end = int(pos[-1]) + 4096  # past the last record, which is far shorter
+    tail = []
+    probe = plan._Log.probe
+
+    def counted(self, i, pos, limit):
+        if self.segments[i].base_offset + pos > data_end:
+            tail.append(min(limit, pos + plan.SEARCH_BYTES) - pos)  # the bytes it searches
+        return probe(self, i, pos, limit)
+    monkeypatch.setattr(plan._Log, "probe", counted)
+    ranges = plan_windows(segments, SplitSpec(), 3_600_000)
+    windows = ts // 3_600_000
+    firsts = pos[np.r_[0, np.flatnonzero(np.diff(windows)) + 1]]
+    assert [r.start for r in ranges[1:]] == firsts[1:].tolist()
+    assert [r.window for r in ranges] == sorted(set(windows.tolist()))
+    assert len(ranges) >= 12 and 0 < sum(tail) <= 6 * plan.SEARCH_BYTES, (len(tail), sum(tail))
 
 
 def test_the_plan_respects_an_offset_range(tmp_path):

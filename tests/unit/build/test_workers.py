@@ -110,3 +110,13 @@ def test_a_build_on_workers_reports_progress_as_tasks_finish(store, tmp_path):
     build_index(store, tmp_path / "out", config, workers=2, progress=lambda r: seen.append(r.bytes_read))
     segments = list_segments(store / "commitlog")
     assert len(seen) >= 2 and seen == sorted(seen) and seen[-1] == sum(s.size for s in segments)
+
+
+def test_the_pool_returns_results_in_call_order_whatever_order_it_starts_them_in():
+    from rocketidx.build.pool import _run
+    finished = []
+    calls = [(2, i) for i in range(7)]
+    out = _run(2, pow, calls, finished.append, sizes=[1, 50, 3, 70, 2, 9, 4])
+    assert out == [2 ** i for i in range(7)]
+    assert sorted(finished) == list(range(7))
+    assert _run(2, pow, calls) == out
