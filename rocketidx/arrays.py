@@ -9,6 +9,57 @@ import numpy as np
 import pyarrow as pa
 
 
+def arrow(values: np.ndarray) -> pa.Array:
+    """A 1-d numpy array of numbers or booleans as an Arrow array, without ``pa.array``.
+
+    Why: ``pa.array`` asks pyarrow's pandas shim whether its argument is a pandas Series, and the first such
+    question imports pandas (and ``pyarrow.compute`` with it) where pandas is installed: 0.2 to 0.4 s in every
+    process that builds, each pool worker included. Numbers are wrapped zero-copy (the array keeps ``values``
+    alive, as ``pa.array`` keeps it); booleans are packed into Arrow's bitmap. The type is the array's dtype's.
+    """
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(np.packbits(values,
+                                                                                               bitorder="little"))])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, pa.py_buffer(values)])
+
+
+def numpy_of(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """An Arrow array of numbers or booleans as numpy, without ``to_numpy`` (which imports pandas the first time,
+    see :func:`arrow`): numbers without nulls are a zero-copy, read-only view; anything else goes through
+    ``to_numpy``."""
+    if isinstance(values, pa.ChunkedArray):
+        if values.num_chunks != 1:
+            return np.concatenate([numpy_of(c) for c in values.chunks]) if values.num_chunks else \
+                values.to_numpy()
+        values = values.chunk(0)
+    t = values.type
+    if values.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):
+        return values.to_numpy(zero_copy_only=False)
+    data = values.buffers()[1]
+    if pa.types.is_boolean(t):
+        bits = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")
+        return bits[values.offset:values.offset + len(values)].astype(bool)
+    dtype = np.dtype(t.to_pandas_dtype())
+    return np.frombuffer(data, dtype, count=len(values), offset=values.offset * dtype.itemsize)
+
+
+def table_of(columns: dict, schema: pa.Schema) -> pa.Table:
+    """``pa.Table.from_pydict(columns, schema=schema)`` for number and string columns (lists or numpy arrays),
+    without ``pa.array`` (see :func:`arrow`)."""
+    arrays = []
+    for f in schema:
+        values = columns[f.name]
+        if pa.types.is_string(f.type):
+            raw = [v.encode() for v in values]
+            offsets = np.zeros(len(raw) + 1, np.int32)
+            np.cumsum([len(b) for b in raw], out=offsets[1:])
+            arrays.append(binary_array(np.frombuffer(b"".join(raw), np.uint8), offsets, type_=pa.string()))
+        else:
+            arrays.append(arrow(np.asarray(values, np.dtype(f.type.to_pandas_dtype()))))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def gather_ranges(u8: np.ndarray, pos: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate the byte ranges ``[pos, pos+lengths)`` of ``u8``: (data, int32 Arrow offsets)."""
     lengths = np.asarray(lengths, np.int64)

@@ -28,6 +28,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from rocketidx.arrays import numpy_of
 from rocketidx.build.queues import finish_read
 from rocketidx.build.plan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
 from rocketidx.build.results import Strays, TaskResult, ranges_of
@@ -124,9 +125,9 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
                     queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.queue_delays,
                                                         params.queue_light))
                 e = chunk.entries
-                ts = e.column("store_timestamp_ms").to_numpy()
-                phy = e.column("phy_offset").to_numpy()
-                kh = e.column("key_hash").to_numpy()
+                ts = numpy_of(e.column("store_timestamp_ms"))
+                phy = numpy_of(e.column("phy_offset"))
+                kh = numpy_of(e.column("key_hash"))
                 at = chunk.positions  # records' offsets where a PHYSICALOFFSET field lies, else None
                 w = assign_windows(ts, params.window_ms)
                 mine = np.isin(w, owned) if len(owned) > 1 else w == owned[0]

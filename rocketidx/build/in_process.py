@@ -22,6 +22,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
+from rocketidx.arrays import numpy_of
 from rocketidx.build.direct_task import WriterParams, collect_blocks, plan_tasks, run_direct
 from rocketidx.build.pool import pool_job, pool_reads, pool_writes
 from rocketidx.build.queues import build_queues, place_queues
@@ -168,10 +169,10 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
             if drop is not None:
                 entries = entries.filter(pa.array(~drop))
                 positions = None if positions is None else positions[~drop]
-            summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
-            ts = entries.column("store_timestamp_ms").to_numpy()
-            yield EntryBatch(assign_windows(ts, config.window_ms), entries.column("phy_offset").to_numpy(),
-                             entries.column("key_hash").to_numpy(), ts, positions)
+            summary.messages_indexed += int(np.count_nonzero(numpy_of(entries.column("entry_seq")) == 0))
+            ts = numpy_of(entries.column("store_timestamp_ms"))
+            yield EntryBatch(assign_windows(ts, config.window_ms), numpy_of(entries.column("phy_offset")),
+                             numpy_of(entries.column("key_hash")), ts, positions)
             summary.entries += entries.num_rows
         if progress:
             progress(reader)

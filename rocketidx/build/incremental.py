@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rocketidx.arrays import numpy_of
 import rocketidx.layout as L
 from rocketidx.build.finish import refuse_invalid_log
 from rocketidx.build.log_record import KEY, record, settings_of
@@ -547,10 +548,10 @@ def _seed_blocks(blocks: BlockCollector, tdir: str, segments: list[Segment], cha
 def _entry_batch(buf, seg: Segment, recs, entries, config: BuildConfig,
                  windows: set[int] | None = None) -> EntryBatch | None:
     positions = entry_positions(buf, seg, recs, entries)
-    ts = entries.column("store_timestamp_ms").to_numpy()
+    ts = numpy_of(entries.column("store_timestamp_ms"))
     w = assign_windows(ts, config.window_ms)
-    phy = entries.column("phy_offset").to_numpy()
-    kh = entries.column("key_hash").to_numpy()
+    phy = numpy_of(entries.column("phy_offset"))
+    kh = numpy_of(entries.column("key_hash"))
     if windows is not None:
         keep = np.isin(w, np.fromiter(windows, np.int64, len(windows)))
         w, phy, kh, ts = w[keep], phy[keep], kh[keep], ts[keep]
@@ -571,7 +572,7 @@ def _new_entries(reader: CommitLogReader, config: BuildConfig, queues, summary: 
             queues.writer.add(seg, dispatch(buf, seg, recs, delays, config.light_queues))
         if entries is not None:
             b = _entry_batch(buf, seg, recs, entries, config)
-            summary.messages_indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
+            summary.messages_indexed += int(np.count_nonzero(numpy_of(entries.column("entry_seq")) == 0))
             if b is not None:
                 yield b
         if progress:

@@ -26,7 +26,7 @@ import pyarrow as pa
 # calls them (an incremental index build, a query) does not pay.
 
 import rocketidx.layout as L
-from rocketidx.arrays import binary_array, gather_ranges
+from rocketidx.arrays import binary_array, gather_ranges, numpy_of
 from rocketidx.commitlog.columns import decode_java_utf8
 from rocketidx.commitlog.keys import java_string_hash
 from rocketidx.commitlog.records import property_ranges
@@ -414,7 +414,7 @@ def _encoded(u8: np.ndarray, recs: np.ndarray, pos_col: int, len_col: int) -> tu
     d, o = gather_ranges(u8, recs[:, pos_col], np.maximum(recs[:, len_col], 0))
     enc = pc.dictionary_encode(binary_array(d, o))
     decoded = decode_java_utf8(enc.dictionary).to_pylist()
-    index = enc.indices.to_numpy().astype(np.int32)
+    index = numpy_of(enc.indices).astype(np.int32)
     values = list(dict.fromkeys(decoded))
     if len(values) != len(decoded):  # malformed bytes made two raw values one string
         index = np.asarray([values.index(v) for v in decoded], np.int32)[index]

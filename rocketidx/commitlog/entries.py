@@ -20,6 +20,7 @@ import pyarrow as pa
 # pyarrow.compute is imported by the functions that use it: its import takes 40 ms, which a command that never
 # calls them (an incremental index build, a query) does not pay.
 
+from rocketidx.arrays import arrow, numpy_of
 from rocketidx.commitlog.columns import records_to_batch
 from rocketidx.commitlog.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
 from rocketidx.commitlog.native import kernel, use_native
@@ -58,7 +59,7 @@ def tag_entries_on() -> bool:
 
 def indexable(batch: pa.RecordBatch | pa.Table) -> np.ndarray:
     """Mask of the messages ``buildIndex`` looks at: everything but transaction rollbacks."""
-    sys_flag = batch.column("sys_flag").to_numpy()
+    sys_flag = numpy_of(batch.column("sys_flag"))
     return (sys_flag & L.SYSFLAG_TX_MASK) != L.SYSFLAG_TX_ROLLBACK
 
 
@@ -110,8 +111,8 @@ def extract_entry_keys(batch: pa.RecordBatch | pa.Table) -> tuple[np.ndarray, np
 def extract_entries(batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
     """The batch's index entries as :data:`ENTRY_SCHEMA`, in broker order."""
     rows, seq, keys = extract_entry_keys(batch)
-    phy = batch.column("phy_offset").to_numpy()[rows]
-    ts = batch.column("store_timestamp_ms").to_numpy()[rows]
+    phy = numpy_of(batch.column("phy_offset"))[rows]
+    ts = numpy_of(batch.column("store_timestamp_ms"))[rows]
     return pa.RecordBatch.from_arrays(
         [pa.array(phy, pa.int64()), pa.array(seq), pa.array(key_hash(keys)), pa.array(ts, pa.int64())],
         schema=ENTRY_SCHEMA)
@@ -149,8 +150,8 @@ class EntryBuffers:
                 key = bytes(mv[self.kpos[i]:self.kpos[i] + self.klen[i]])
                 raw_hash[i] = java_string_hash_py(java_utf8_decode(topic) + "#" + java_utf8_decode(key))
         return pa.RecordBatch.from_arrays(
-            [pa.array(self.phy[:m].copy()), pa.array(self.seq[:m].copy()), pa.array(hash_to_key_hash(raw_hash)),
-             pa.array(self.ts[:m].copy())], schema=ENTRY_SCHEMA)
+            [arrow(self.phy[:m].copy()), arrow(self.seq[:m].copy()), arrow(hash_to_key_hash(raw_hash)),
+             arrow(self.ts[:m].copy())], schema=ENTRY_SCHEMA)
 
 
 def entries_from_records(buf, seg, recs: np.ndarray, *, native: bool | None = None) -> pa.RecordBatch:
@@ -182,8 +183,8 @@ def first_entries_mask(entries: pa.RecordBatch, phy_offset: int | None, n: int,
     ``positions`` (:func:`entry_positions`) finds the message by where it is rather than by its field."""
     if not n or phy_offset is None:
         return None
-    at = entries.column("phy_offset").to_numpy() if positions is None else positions
-    drop = (at == phy_offset) & (entries.column("entry_seq").to_numpy() < n)
+    at = numpy_of(entries.column("phy_offset")) if positions is None else positions
+    drop = (at == phy_offset) & (numpy_of(entries.column("entry_seq")) < n)
     return drop if drop.any() else None
 
 

@@ -25,6 +25,7 @@ from typing import Generator, Iterator, NamedTuple
 import numpy as np
 import pyarrow as pa
 
+from rocketidx.arrays import numpy_of
 from rocketidx.commitlog.columns import MESSAGE_SCHEMA, records_to_batch
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count, scan_entry_chunks
 import rocketidx.layout as L
@@ -377,8 +378,8 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
         if keep is not None and not keep.all():
             recs = recs[keep]
             if entries is not None:
-                e_keep = _keep(entries.column("phy_offset").to_numpy() if positions is None else positions,
-                               entries.column("store_timestamp_ms").to_numpy(), spec)
+                e_keep = _keep(numpy_of(entries.column("phy_offset")) if positions is None else positions,
+                               numpy_of(entries.column("store_timestamp_ms")), spec)
                 entries = entries.filter(pa.array(e_keep))
                 positions = None if positions is None else positions[e_keep]
             if not len(recs):
@@ -390,7 +391,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
             if drop is not None:
                 entries = entries.filter(pa.array(~drop))
                 positions = None if positions is None else positions[~drop]
-            indexed += int(np.count_nonzero(entries.column("entry_seq").to_numpy() == 0))
+            indexed += int(np.count_nonzero(numpy_of(entries.column("entry_seq")) == 0))
             n_entries += entries.num_rows
         yield SplitChunk(seg, buf, recs, entries, positions)
     stop = reader.stop

@@ -27,7 +27,7 @@ import pyarrow as pa
 # calls them (an incremental index build, a query) does not pay.
 
 import rocketidx.layout as L
-from rocketidx.arrays import queue_order
+from rocketidx.arrays import numpy_of, queue_order, table_of
 from rocketidx.commitlog.dispatch import Dispatched
 from rocketidx.commitlog.segments import Segment
 from rocketidx.consumequeue.placement import CONSECUTIVE, UNIT, ZERO, QueueState, find_runs, place_runs
@@ -107,7 +107,7 @@ class SplitQueues:
         """Write the units to ``piece_path`` (synced; nothing when no queue has a record) and return the runs."""
         cols: dict[str, list] = {f.name: [] for f in RUN_ROWS}
         if not self.parts:
-            return pa.Table.from_pydict(cols, schema=RUN_ROWS)
+            return table_of(cols, RUN_ROWS)
         at = 0
         with open(piece_path, "wb") as out:
             for (topic, qid), parts in sorted(self.parts.items()):
@@ -135,7 +135,7 @@ class SplitQueues:
             out.flush()
             os.fsync(out.fileno())
         self.parts.clear()
-        return pa.Table.from_pydict(cols, schema=RUN_ROWS)
+        return table_of(cols, RUN_ROWS)
 
 
 _PART = np.dtype([("q", np.int64), ("phy_offset", np.int64), ("size", np.int32), ("tags_code", np.int64)])
@@ -181,15 +181,14 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
         return out
     runs = runs.sort_by([("topic", "ascending"), ("queue_id", "ascending"), ("split", "ascending"),
                          ("order", "ascending")])
-    c = {name: runs.column(name).to_numpy() for name in ("queue_id", "kind", "q0", "n", "first_end", "last_end",
+    c = {name: numpy_of(runs.column(name)) for name in ("queue_id", "kind", "q0", "n", "first_end", "last_end",
                                                        "piece_at")}
     topics = runs.column("topic").to_pylist()
     pieces = runs.column("piece").to_pylist()
     qid = c["queue_id"]
     new = np.ones(len(qid), bool)
     topic = runs.column("topic")
-    new[1:] = (qid[1:] != qid[:-1]) | pc.not_equal(topic.slice(1), topic.slice(0, len(qid) - 1)).to_numpy(
-        zero_copy_only=False)
+    new[1:] = (qid[1:] != qid[:-1]) | numpy_of(pc.not_equal(topic.slice(1), topic.slice(0, len(qid) - 1)))
     bounds = np.append(np.flatnonzero(new), len(qid))
     for a, b in zip(bounds[:-1], bounds[1:]):
         topic, queue = topics[a], int(qid[a])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from rocketidx.arrays import numpy_of
 from rocketidx.index.windows import assign_windows
 
 BUNDLE_ROWS = pa.schema([
@@ -41,7 +42,7 @@ def pack_bundles(entries: pa.RecordBatch, window_ms: int, positions: np.ndarray 
     ``positions``: each entry's record offset where it differs from the entries' ``phy_offset`` (a
     PHYSICALOFFSET field that lies, :func:`rocketidx.commitlog.entries.entry_positions`); messages are told apart,
     ordered and cut by it, and indexed by the field, as ``buildIndex`` does."""
-    phy_e = entries.column("phy_offset").to_numpy()
+    phy_e = numpy_of(entries.column("phy_offset"))
     at_e = phy_e if positions is None else np.asarray(positions, np.int64)
     # A message's entries are adjacent and share its record (its first may have been skipped).
     firsts = np.flatnonzero(np.concatenate(([True], at_e[1:] != at_e[:-1]))) if len(at_e) else at_e[:0]
@@ -49,10 +50,10 @@ def pack_bundles(entries: pa.RecordBatch, window_ms: int, positions: np.ndarray 
     n = len(firsts)
     if n == 0:
         return rows
-    hashes = entries.column("key_hash").to_numpy().astype("<i4", copy=False)
+    hashes = numpy_of(entries.column("key_hash")).astype("<i4", copy=False)
     phy = phy_e[firsts].astype("<i8", copy=False)
     at = at_e[firsts].astype("<i8", copy=False)
-    ts = entries.column("store_timestamp_ms").to_numpy()[firsts].astype("<i8", copy=False)
+    ts = numpy_of(entries.column("store_timestamp_ms"))[firsts].astype("<i8", copy=False)
     counts = np.diff(np.append(firsts, len(hashes))).astype("<i4")
     msg_window = assign_windows(ts, window_ms)
     if msg_window[0] == msg_window[-1] and (msg_window == msg_window[0]).all():  # the usual case

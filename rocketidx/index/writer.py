@@ -174,10 +174,12 @@ class WindowWriter:
     def _flush(self, f: _OpenFile) -> None:
         """Write the slot table's non-empty blocks and the header (the header last, as the broker does)."""
         slots = f.slots
-        pad = (-len(slots)) % _SLOT_BLOCK
-        blocks = np.concatenate([slots.view(np.int32), np.zeros(pad, np.int32)]).reshape(-1, _SLOT_BLOCK)
-        used = np.flatnonzero(blocks.any(axis=1))
-        if len(used) * 4 > len(blocks):  # mostly used: one write beats many and holes save little
+        whole = len(slots) - len(slots) % _SLOT_BLOCK  # the last block may be short: judged on its own, no copy
+        used = np.flatnonzero(np.append(slots[:whole].view(np.int32).reshape(-1, _SLOT_BLOCK).any(axis=1),
+                                        bool(slots[whole:].any())))
+        blocks = -(-len(slots) // _SLOT_BLOCK)
+        used = used[used < blocks]
+        if len(used) * 4 > blocks:  # mostly used: one write beats many and holes save little
             used = np.arange(used[0], used[-1] + 1)
         if len(used):
             # Contiguous runs of used blocks become one write each.

@@ -120,3 +120,24 @@ def test_the_pool_returns_results_in_call_order_whatever_order_it_starts_them_in
     assert out == [2 ** i for i in range(7)]
     assert sorted(finished) == list(range(7))
     assert _run(2, pow, calls) == out
+
+
+def test_a_build_never_imports_pandas(store, tmp_path):
+    """pyarrow imports pandas the first time ``pa.array`` or ``to_numpy`` is called (0.2-0.4 s a process, each pool
+    worker included): the build converts through rocketidx.arrays instead. Both paths, in a fresh interpreter:
+    the one pass, and the plan's tasks run here (what each pool worker runs), with queues and light queues."""
+    import subprocess
+    import sys
+    pytest.importorskip("pandas")
+    code = f"""
+import sys
+from rocketidx.build.in_process import build_index, build_index_range
+from rocketidx.config import BuildConfig, LightQueues
+config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC",
+                     targets=("index", "consumequeue"), light_queues=LightQueues(True, "5.2"))
+build_index({str(store)!r}, {str(tmp_path / "one")!r}, config)
+build_index_range({str(store)!r}, {str(tmp_path / "tasks")!r}, config)
+print(sorted(m for m in ("pandas", "pyarrow.compute") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "pandas" not in out.splitlines()[-1], out
