@@ -18,6 +18,7 @@ time: no step holds a whole queue, however hot.
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass, field
 
@@ -104,7 +105,7 @@ class SplitQueues:
             self.parts.setdefault(k, []).append(parts[a:b])
 
     def finish(self, piece_path: str, piece_name: str) -> pa.Table:
-        """Write the units to ``piece_path`` (synced; nothing when no queue has a record) and return the runs."""
+        """Write the units to ``piece_path`` (nothing when no queue has a record) and return the runs."""
         cols: dict[str, list] = {f.name: [] for f in RUN_ROWS}
         if not self.parts:
             return table_of(cols, RUN_ROWS)
@@ -132,8 +133,8 @@ class SplitQueues:
                 cols["piece"] += [piece_name] * r
                 cols["piece_at"] += (at + starts * UNIT).tolist()
                 at += len(recs) * UNIT
-            out.flush()
-            os.fsync(out.fileno())
+            # Not synced: a piece lives until the queue files are written from it, and those are synced; a crash
+            # before the commit discards the whole staging version with it.
         self.parts.clear()
         return table_of(cols, RUN_ROWS)
 
@@ -247,26 +248,59 @@ def write_file(directory: str, pieces_root: str, plan: FilePlan, file_size: int,
             blank = np.zeros(plan.blanks, L.CQ_UNIT)
             blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
             _pwrite_all(fd, blank.tobytes(), plan.blank_at, path)
-        opened: dict[str, storage.RangeFile] = {}
-        try:
-            for piece, src, length, at in plan.copies:
-                f = opened.get(piece)
-                if f is None:
-                    f = opened[piece] = storage.RangeFile(storage.join(pieces_root, piece))
-                done = 0
-                while done < length:
-                    data = f.read_at(min(COPY_BYTES, length - done), src + done)
-                    if not data:
-                        raise OSError(f"{storage.redact(f.path)}: ends before byte {src + done}")
-                    _pwrite_all(fd, data, at + done, path)
-                    done += len(data)
-        finally:
-            for f in opened.values():
-                f.close()
+        if storage.is_uri(pieces_root) or not _copy_in_kernel(fd, pieces_root, plan.copies):
+            _copy_through(fd, pieces_root, plan.copies, path)
         if sync:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _copy_through(fd: int, root: str, copies: list, path: str) -> None:
+    """The copies of pieces (under ``root``: a path or a URI) into ``fd``, read and written here."""
+    opened: dict[str, storage.RangeFile] = {}
+    try:
+        for piece, src, length, at in copies:
+            f = opened.get(piece)
+            if f is None:
+                f = opened[piece] = storage.RangeFile(storage.join(root, piece))
+            done = 0
+            while done < length:
+                data = f.read_at(min(COPY_BYTES, length - done), src + done)
+                if not data:
+                    raise OSError(f"{storage.redact(f.path)}: ends before byte {src + done}")
+                _pwrite_all(fd, data, at + done, path)
+                done += len(data)
+    finally:
+        for f in opened.values():
+            f.close()
+
+
+def _copy_in_kernel(fd: int, root: str, copies: list) -> bool:
+    """The copies of local pieces into ``fd`` by ``copy_file_range`` (no bytes through this process); False, having
+    copied nothing, where the system has no such call for these files (then they are read and written)."""
+    if not copies or not hasattr(os, "copy_file_range"):
+        return not copies
+    opened: dict[str, int] = {}
+    try:
+        for k, (piece, src, length, at) in enumerate(copies):
+            if piece not in opened:
+                opened[piece] = os.open(os.path.join(root, piece), os.O_RDONLY)
+            done = 0
+            while done < length:
+                try:
+                    n = os.copy_file_range(opened[piece], fd, length - done, src + done, at + done)
+                except OSError as e:
+                    if k == 0 and done == 0 and e.errno in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
+                        return False
+                    raise
+                if n <= 0:
+                    raise OSError(f"{os.path.join(root, piece)}: ends before byte {src + done}")
+                done += n
+        return True
+    finally:
+        for f in opened.values():
+            os.close(f)
 
 
 def _pwrite_all(fd: int, data: bytes, at: int, path: str) -> None:

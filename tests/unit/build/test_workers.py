@@ -141,3 +141,25 @@ print(sorted(m for m in ("pandas", "pyarrow.compute") if m in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pandas" not in out.splitlines()[-1], out
+
+
+@pytest.mark.parametrize("refusal", ["missing", "ENOSYS"])
+def test_queue_files_are_the_same_where_the_kernel_cannot_copy_pieces(store, tmp_path, monkeypatch, refusal):
+    """Queue files are assembled from the tasks' pieces by copy_file_range; where the system has no such call, or
+    refuses it for these files, the pieces are read and written instead: the same bytes."""
+    import errno
+    import os
+    from rocketidx.build.in_process import build_index_range
+    config = BuildConfig(hash_slot_num=211, index_num=4000, window_ms=1_800_000, timezone="UTC",
+                         targets=("index", "consumequeue"))
+    build_index_range(store, tmp_path / "kernel", config)
+    if refusal == "missing":
+        monkeypatch.delattr(os, "copy_file_range")
+    else:
+        def refuse(*a):
+            raise OSError(errno.ENOSYS, "no copy_file_range here")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    build_index_range(store, tmp_path / "through", config)
+    files = tree(tmp_path / "kernel")
+    assert any(f.startswith("consumequeue/") for f in files)
+    assert tree(tmp_path / "through") == files
