@@ -176,20 +176,26 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
     ``read_ends(piece, piece_at, n)``: the entry ends of ``n`` units in a piece (asked for only where the
     broker's ``maxPhysicOffset`` rule may drop some: a replayed or rewritten log).
     """
-    import pyarrow.compute as pc
     out = Settled([], [])
     if not runs.num_rows:
         return out
-    runs = runs.sort_by([("topic", "ascending"), ("queue_id", "ascending"), ("split", "ascending"),
-                         ("order", "ascending")])
-    c = {name: numpy_of(runs.column(name)) for name in ("queue_id", "kind", "q0", "n", "first_end", "last_end",
-                                                       "piece_at")}
+    # Queue by queue, each queue's runs in CommitLog order: sorted here in numpy (a Table's sort_by would import
+    # pyarrow.compute, 40 ms of the driver's serial time). Python's str order is UTF-8's byte order.
     topics = runs.column("topic").to_pylist()
-    pieces = runs.column("piece").to_pylist()
+    names = sorted(set(topics))
+    rank = {t: i for i, t in enumerate(names)}
+    topic_rank = np.fromiter((rank[t] for t in topics), np.int64, len(topics))
+    raw = {name: numpy_of(runs.column(name)) for name in ("split", "order", "queue_id", "kind", "q0", "n",
+                                                           "first_end", "last_end", "piece_at")}
+    order = np.lexsort((raw["order"], raw["split"], raw["queue_id"], topic_rank))
+    c = {name: col[order] for name, col in raw.items()}
+    topics = [topics[i] for i in order.tolist()]
+    all_pieces = runs.column("piece").to_pylist()
+    pieces = [all_pieces[i] for i in order.tolist()]
     qid = c["queue_id"]
+    ranks = topic_rank[order]
     new = np.ones(len(qid), bool)
-    topic = runs.column("topic")
-    new[1:] = (qid[1:] != qid[:-1]) | numpy_of(pc.not_equal(topic.slice(1), topic.slice(0, len(qid) - 1)))
+    new[1:] = (qid[1:] != qid[:-1]) | (ranks[1:] != ranks[:-1])
     bounds = np.append(np.flatnonzero(new), len(qid))
     for a, b in zip(bounds[:-1], bounds[1:]):
         topic, queue = topics[a], int(qid[a])
