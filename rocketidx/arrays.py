@@ -31,7 +31,7 @@ def numpy_of(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(values, pa.ChunkedArray):
         if values.num_chunks != 1:
             return np.concatenate([numpy_of(c) for c in values.chunks]) if values.num_chunks else \
-                values.to_numpy()
+                np.zeros(0, np.dtype(values.type.to_pandas_dtype()))
         values = values.chunk(0)
     t = values.type
     if values.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)):

@@ -20,9 +20,8 @@ from dataclasses import replace
 from typing import Iterator
 
 import numpy as np
-import pyarrow as pa
 
-from rocketidx.arrays import numpy_of
+from rocketidx.arrays import arrow, numpy_of
 from rocketidx.build.direct_task import WriterParams, collect_blocks, plan_tasks, run_direct
 from rocketidx.build.pool import pool_job, pool_reads, pool_writes
 from rocketidx.build.queues import build_queues, place_queues
@@ -167,7 +166,7 @@ def _entries(reader: CommitLogReader, summary: BuildSummary, config: BuildConfig
             positions = entry_positions(buf, seg, recs, entries)
             drop = first_entries_mask(entries, start_offset, skip_entries, positions)
             if drop is not None:
-                entries = entries.filter(pa.array(~drop))
+                entries = entries.filter(arrow(~drop))
                 positions = None if positions is None else positions[~drop]
             summary.messages_indexed += int(np.count_nonzero(numpy_of(entries.column("entry_seq")) == 0))
             ts = numpy_of(entries.column("store_timestamp_ms"))

@@ -174,7 +174,7 @@ def drop_first_entries(entries: pa.RecordBatch, phy_offset: int | None, n: int) 
     """``entries`` without the first ``n`` entries of the message at ``phy_offset``: a backfill continues
     a file that already holds them (the broker rolled over in the middle of that message's keys)."""
     drop = first_entries_mask(entries, phy_offset, n)
-    return entries.filter(pa.array(~drop)) if drop is not None else entries
+    return entries.filter(arrow(~drop)) if drop is not None else entries
 
 
 def first_entries_mask(entries: pa.RecordBatch, phy_offset: int | None, n: int,

@@ -25,7 +25,7 @@ from typing import Generator, Iterator, NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from rocketidx.arrays import numpy_of
+from rocketidx.arrays import arrow, numpy_of
 from rocketidx.commitlog.columns import MESSAGE_SCHEMA, records_to_batch
 from rocketidx.commitlog.entries import entry_positions, first_entries_mask, rollback_count, scan_entry_chunks
 import rocketidx.layout as L
@@ -380,7 +380,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
             if entries is not None:
                 e_keep = _keep(numpy_of(entries.column("phy_offset")) if positions is None else positions,
                                numpy_of(entries.column("store_timestamp_ms")), spec)
-                entries = entries.filter(pa.array(e_keep))
+                entries = entries.filter(arrow(e_keep))
                 positions = None if positions is None else positions[e_keep]
             if not len(recs):
                 continue
@@ -389,7 +389,7 @@ def _read_view(view: SegmentView, rng: SegmentRange, spec: SplitSpec, with_entri
         if entries is not None:
             drop = first_entries_mask(entries, spec.from_offset, spec.skip_entries, positions)
             if drop is not None:
-                entries = entries.filter(pa.array(~drop))
+                entries = entries.filter(arrow(~drop))
                 positions = None if positions is None else positions[~drop]
             indexed += int(np.count_nonzero(numpy_of(entries.column("entry_seq")) == 0))
             n_entries += entries.num_rows
