@@ -24,7 +24,8 @@ from rocketidx.arrays import arrow, numpy_of
 from rocketidx.commitlog.columns import records_to_batch
 from rocketidx.commitlog.keys import hash_to_key_hash, java_string_hash_py, java_utf8_decode, key_hash
 from rocketidx.commitlog.native import kernel, use_native
-from rocketidx.commitlog.records import KERNEL_JAVA_CHECK, KERNEL_MORE, check_records, kernel_stop, scan_records
+from rocketidx.commitlog.records import (KERNEL_JAVA_CHECK, KERNEL_MORE, check_records, handed_over, kernel_stop,
+                                         scan_records)
 from rocketidx.commitlog.segments import Segment
 from rocketidx.errors import RocketIdxError
 import rocketidx.layout as L
@@ -242,7 +243,7 @@ def scan_entry_chunks(buf, seg: Segment, start: int, end: int, *, check_crc: boo
         n, m, p, code, a, b = kernel.scan_entries(buf, seg.size, seg.base_offset, p, end, check_crc, out,
                                                   *ebuf.arrays())
         if n:
-            recs = out[:n].copy()
+            recs, out = handed_over(out, n)
             yield recs, ebuf.batch(buf, recs, m)
         if code == KERNEL_JAVA_CHECK:  # one record for the Python rules to judge (rocketidx.commitlog.records)
             one, stop = check_records(buf, seg, np.array([p], np.int64), check_crc=check_crc)

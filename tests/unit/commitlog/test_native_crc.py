@@ -100,3 +100,27 @@ def test_the_property_walk_equals_the_reference_and_the_inner_flags_are_substrin
     # What the dispatch is told to parse: a plain substring search, as before the walk was fused.
     assert nat[0, L.REC_MULTI_DISPATCH] == (b"INNER_MULTI_DISPATCH\x01" in text)
     assert (nat[0, L.REC_INNER_NUM_POS] >= 0) <= (b"INNER_NUM\x01" in text)
+
+
+@pytest.mark.parametrize("cut", [0, 1, 9, 95])
+def test_scans_in_small_chunks_to_a_segment_that_ends_in_a_record_equal_the_reference(cut):
+    """The kernel fetches records a few ahead (a second walk of the sizes) and hands each full chunk over
+    whole: records that run to the buffer's last byte, or a torn one there, read as the reference reads them,
+    and no chunk shares memory with another."""
+    rng = random.Random(cut)
+    recs = [Rec(topic=b"T%d" % (i % 3), body=rng.randbytes(rng.randrange(1, 900)),
+                properties=b"KEYS\x01k%d\x02TAGS\x01t" % i) for i in range(60)]
+    laid = lay_segment(recs, size=60 * 1200)
+    end = laid.offsets[-1] + len(recs[-1].encode(laid.offsets[-1])) - cut  # the buffer ends in (or at) the last
+    data = bytes(laid.data[:end])
+    seg = Segment(f"/nowhere/{laid.name}", 0, end)
+    got, stops = [], []
+    for native in (False, True):
+        reader = RangeReader(data, SegmentRange(seg, 0, end), native=native, batch_records=16)
+        chunks = [r for r in reader.record_chunks() if len(r)]
+        assert not any(np.shares_memory(a, b) for i, a in enumerate(chunks) for b in chunks[i + 1:])
+        got.append(np.concatenate(chunks))
+        stops.append((reader.stop.segment_offset, reader.stop.kind))
+    assert stops[0] == stops[1]
+    assert len(got[1]) == (60 if cut == 0 else 59)
+    assert (got[0][:, :L.REC_TAGS_CODE] == got[1][:, :L.REC_TAGS_CODE]).all()
