@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from rocketidx.arrays import numpy_of
-from rocketidx.build.queues import finish_read
+from rocketidx.build.queues import finish_read, in_place_at
 from rocketidx.build.plan import DirectTask, group_ranges, plan_windows, rerun_tasks, slice_tasks, task_count
 from rocketidx.build.results import Strays, TaskResult, ranges_of
 from rocketidx.build.write import EntryBatch, WriterSizes, write_windows
@@ -62,6 +62,7 @@ class WriterParams:
     # both targets (rocketidx.build.queues.finish_read writes each piece's entries beside the task's files).
     queue_delays: tuple[int, ...] | None = None
     queue_light: LightQueues | None = None  # with queue_delays: the light queues' rules (None: none)
+    queue_in_place: int = 0  # with queue_delays, > 0: the queue file size; clean runs are written in place too
 
     @property
     def sizes(self) -> WriterSizes:
@@ -140,7 +141,8 @@ def run_task(task: DirectTask, spec: SplitSpec, params: WriterParams, task_dir: 
             if counts and report_ranges:
                 infos.append(info)
             if queues is not None:
-                queue_reads.append(finish_read(queues, info, dest, f"q{piece.index:05d}.units"))
+                queue_reads.append(finish_read(queues, info, dest, f"q{piece.index:05d}.units",
+                                               in_place=in_place_at(params.staging, params.queue_in_place)))
             if counts and info.stop_kind in FINAL_STOPS:
                 break
 

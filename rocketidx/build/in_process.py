@@ -24,7 +24,7 @@ import numpy as np
 from rocketidx.arrays import arrow, numpy_of
 from rocketidx.build.direct_task import WriterParams, collect_blocks, plan_tasks, run_direct
 from rocketidx.build.pool import pool_job, pool_reads, pool_writes
-from rocketidx.build.queues import build_queues, place_queues
+from rocketidx.build.queues import build_queues, place_queues, remove_queue_files
 from rocketidx.build.results import TaskResult, ranges_of
 from rocketidx.build.finish import finish_build, keep_task_time_index, refuse_invalid_log
 from rocketidx.build.summary import BuildSummary
@@ -238,7 +238,9 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
             figures: dict = {}
             params = WriterParams(staging.uri, config.hash_slot_num, config.index_num, config.window_ms,
                                   queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None,
-                                  queue_light=config.light_queues)
+                                  queue_light=config.light_queues,
+                                  # Local staging: the tasks write clean queue runs in place (no copy afterwards).
+                                  queue_in_place=config.queue_file_size if config.consumequeue else 0)
             ran = None
             if config.index:
                 # One worker: one task owns every window (no strays, no resync). More: at least a task each.
@@ -252,6 +254,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                     # that drops what a later task wrote): one task owning every window reads the log instead.
                     log.info("the direct plan gave way on %d tasks; one task reads the log", len(plan.tasks))
                     output.remove(f"{staging.path}/{TASKS_DIR}")
+                    remove_queue_files(staging.path)
                     plan = plan_tasks(segments, spec, config.window_ms, 1, 1, figures, time_index=tdir)
                     params = replace(params, time_blocks=collect_blocks(tdir, segments, spec, plan))
                     ran = run_direct(plan, segments, pool_job(spec, params, 1, progress), figures)
@@ -264,11 +267,11 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                 results, resolved, _ = ran
                 queues = place_queues(segments, [q for r in results for q in r.queue_reads], ranges_of(results),
                                       resolved, config.queue_file_size, staging.path,
-                                      run_writes=pool_writes(workers), write_tasks=workers)
+                                      run_writes=pool_writes(workers), write_tasks=workers, in_place=True)
             elif config.consumequeue:
                 queues = build_queues(segments, spec, config.queue_file_size, delay_levels_ms(config.delay_levels),
                                       staging.path, light_queues=config.light_queues, run_reads=pool_reads(workers),
-                                      run_writes=pool_writes(workers), write_tasks=workers)
+                                      run_writes=pool_writes(workers), write_tasks=workers, in_place=True)
                 ran = [TaskResult(0, "", ranges=queues.infos)], queues.resolved, queues.splits
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,

@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 
 from rocketidx.commitlog.dispatch import dispatch
@@ -38,7 +39,10 @@ from rocketidx.commitlog.readers import read_split
 from rocketidx.commitlog.segments import Segment, SegmentRange
 from rocketidx.commitlog.splits import RangeInfo, ResolvedStops, SplitSpec, plan_splits, resolve_stops
 from rocketidx.consumequeue.writer import QueueInfo
-from rocketidx.consumequeue.runs import RUN_ROWS, BadTopic, FilePlan, SplitQueues, read_piece_ends, settle, write_file
+from rocketidx.arrays import numpy_of
+from rocketidx.consumequeue.placement import CONSECUTIVE
+from rocketidx.consumequeue.runs import (RUN_ROWS, BadTopic, FilePlan, InPlace, SplitQueues, read_piece_ends, settle,
+                                         write_file)
 from rocketidx.errors import RocketIdxError
 from rocketidx.output.local import TASKS_DIR, fsync_dir
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR
@@ -76,6 +80,7 @@ class ReadParams:
     spec: SplitSpec
     delays_ms: tuple[int, ...]
     light_queues: LightQueues | None = None
+    in_place: int = 0  # > 0: the queue file size, and each read writes its consecutive runs in place too (InPlace)
 
 
 def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadResult:
@@ -94,17 +99,25 @@ def read_task(split: SegmentRange, params: ReadParams, attempt="local") -> ReadR
         queues.add(chunk.segment, dispatch(chunk.buf, chunk.segment, chunk.recs, params.delays_ms,
                                            params.light_queues))
     try:
-        return finish_read(queues, info, files, "units", usage)
+        return finish_read(queues, info, files, "units", usage, in_place_at(params.staging, params.in_place))
     finally:
         files.close()
 
 
-def finish_read(queues: SplitQueues, info: RangeInfo, files: TaskFiles, name: str, usage: Usage | None = None
-                ) -> ReadResult:
+def in_place_at(staging: str, file_size: int) -> InPlace | None:
+    """Where reads also write their consecutive runs (``file_size`` > 0 and a local staging version), or None."""
+    if not file_size or storage.is_remote(staging):
+        return None
+    return InPlace(os.path.join(staging, CONSUMEQUEUE_DIR), file_size)
+
+
+def finish_read(queues: SplitQueues, info: RangeInfo, files: TaskFiles, name: str, usage: Usage | None = None,
+                in_place: InPlace | None = None) -> ReadResult:
     """A split's gathered queues -> its piece file (``name`` among the task's ``files``, published to the
-    staging version: uploaded where that is a URI) and its result. The index's direct tasks call it too, for
-    the pieces they read (one read feeds both)."""
-    runs = queues.finish(os.path.join(files.local, name), f"{files.task_dir}/{name}")
+    staging version: uploaded where that is a URI) and its result; with ``in_place``, each consecutive run's
+    units in its queue file too. The index's direct tasks call it too, for the pieces they read (one read
+    feeds both)."""
+    runs = queues.finish(os.path.join(files.local, name), f"{files.task_dir}/{name}", in_place)
     if runs.num_rows:
         files.publish([name])
     sink = io.BytesIO()
@@ -175,15 +188,17 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
                  staging: str, *,
                  run_reads: Callable[[list[SegmentRange], ReadParams], list[ReadResult]] = local_reads,
                  run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
-                 write_tasks: int = 1, sync: bool = True, light_queues: LightQueues | None = None) -> QueuesBuilt:
+                 write_tasks: int = 1, sync: bool = True, light_queues: LightQueues | None = None,
+                 in_place: bool = False) -> QueuesBuilt:
     """Build the ConsumeQueues of the read ``spec`` describes into ``staging/consumequeue`` (see the module
     docstring), in files of ``file_size`` bytes, delayed messages' tagsCode from ``delays_ms``, with
     ``light_queues`` the light queues too:
     ``run_reads(splits, params)`` runs :func:`read_task` on each split, ``run_writes(groups, staging,
     file_size, sync)`` :func:`write_task` on each group of file plans. ``sync=False``: a scratch rebuild
-    (verify's), whose files no one keeps, skips the fsyncs."""
+    (verify's), whose files no one keeps, skips the fsyncs. ``in_place``: the reads write clean runs in place
+    (local staging only; :class:`rocketidx.consumequeue.runs.InPlace`)."""
     staging = _for_tasks(staging)
-    params = ReadParams(staging, spec, tuple(delays_ms), light_queues)
+    params = ReadParams(staging, spec, tuple(delays_ms), light_queues, file_size if in_place else 0)
     for _ in range(2):
         splits = plan_splits(segments, params.spec)
         reads = run_reads(splits, params) if splits else []
@@ -193,20 +208,24 @@ def build_queues(segments: list[Segment], spec: SplitSpec, file_size: int, delay
         log.info("splits disagree on where records start (%s); rereading those segments as one split",
                  "; ".join(map(str, resolved.chain_breaks)))
         _remove_pieces(staging)
+        remove_queue_files(staging)
         params = replace(params, spec=replace(params.spec, whole_segments=resolved.whole_segments(
             params.spec.whole_segments)))
     else:
         raise RocketIdxError(f"split chain still broken after rereading whole segments: {resolved.chain_breaks}")
     return place_queues(segments, reads, [r.info for r in reads], resolved, file_size, staging,
-                        run_writes=run_writes, write_tasks=write_tasks, splits=len(splits), sync=sync)
+                        run_writes=run_writes, write_tasks=write_tasks, splits=len(splits), sync=sync,
+                        in_place=in_place_at(staging, params.in_place) is not None)
 
 
 def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[RangeInfo], resolved: ResolvedStops,
                  file_size: int, staging: str, *, run_writes: Callable[[list[list[FilePlan]], str, int], list[dict]] = local_writes,
-                 write_tasks: int = 1, splits: int | None = None, sync: bool = True) -> QueuesBuilt:
+                 write_tasks: int = 1, splits: int | None = None, sync: bool = True,
+                 in_place: bool = False) -> QueuesBuilt:
     """Steps 2 and 3: place the counted reads' runs and write the files. ``reads`` may come from any plan whose
     pieces tile the read (the index's direct tasks hand theirs over): every counted piece of ``infos`` (what
-    the stops were resolved from) that kept a record must be among them."""
+    the stops were resolved from) that kept a record must be among them. ``in_place``: the reads wrote their
+    consecutive runs in place too; what :func:`settle` cannot keep of that is removed and written anew."""
     staging = _for_tasks(staging)
     counted = sorted((r for r in reads if r.split in resolved.included), key=lambda r: r.split)
     have = {r.split for r in counted}
@@ -219,7 +238,13 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
     if bad is not None:
         raise bad.error()
     runs = pa.concat_tables([r.table() for r in counted]) if counted else RUN_ROWS.empty_table()
-    settled = settle(runs, file_size, read_piece_ends(staging))
+    written = _written_in_place(reads) if in_place else {}
+    dirty = frozenset(q for q, splits in written.items() if not splits <= resolved.included)
+    settled = settle(runs, file_size, read_piece_ends(staging), in_place, dirty)
+    for topic, queue in sorted(set(written) - settled.in_place):  # written anew below, or no queue at all
+        shutil.rmtree(os.path.join(staging, CONSUMEQUEUE_DIR, topic, str(queue)), ignore_errors=True)
+    for topic in sorted({t for t, _ in written}):
+        _remove_if_empty(os.path.join(staging, CONSUMEQUEUE_DIR, topic))
     groups = share_files(settled.files, write_tasks)
     writes = run_writes(groups, staging, file_size, sync) if groups else []
     if sum(w["files"] for w in writes) != len(settled.files):
@@ -236,6 +261,33 @@ def place_queues(segments: list[Segment], reads: list[ReadResult], infos: list[R
                 "gaps": settled.gaps}
     return QueuesBuilt(manifest, queues, resolved, infos, reads, writes,
                        len(reads) if splits is None else splits)
+
+
+def _written_in_place(reads: list[ReadResult]) -> dict[tuple[str, int], set[int]]:
+    """The queues the reads wrote consecutive runs into (:class:`InPlace`), with the splits that did."""
+    out: dict[tuple[str, int], set[int]] = {}
+    for r in reads:
+        t = r.table()
+        if not t.num_rows:
+            continue
+        kinds = numpy_of(t.column("kind"))
+        for topic, queue in zip(np.asarray(t.column("topic").to_pylist(), object)[kinds == CONSECUTIVE].tolist(),
+                                numpy_of(t.column("queue_id"))[kinds == CONSECUTIVE].tolist()):
+            out.setdefault((topic, queue), set()).add(r.split)
+    return out
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:  # not empty (or gone): kept
+        pass
+
+
+def remove_queue_files(staging: str) -> None:
+    """Queue files reads wrote in place, before the log is read again another way (local staging only)."""
+    if not storage.is_remote(staging):
+        shutil.rmtree(os.path.join(staging, CONSUMEQUEUE_DIR), ignore_errors=True)
 
 
 def _left_out(reads: list[ReadResult]) -> dict[str, int]:

@@ -104,13 +104,14 @@ class SplitQueues:
             k = (d.topics[int(d.topic_index[first])], int(d.queue_id[first]))
             self.parts.setdefault(k, []).append(parts[a:b])
 
-    def finish(self, piece_path: str, piece_name: str) -> pa.Table:
-        """Write the units to ``piece_path`` (nothing when no queue has a record) and return the runs."""
+    def finish(self, piece_path: str, piece_name: str, in_place: InPlace | None = None) -> pa.Table:
+        """Write the units to ``piece_path`` (nothing when no queue has a record) and return the runs; with
+        ``in_place``, each consecutive run's units also where a clean log puts them (:class:`InPlace`)."""
         cols: dict[str, list] = {f.name: [] for f in RUN_ROWS}
         if not self.parts:
             return table_of(cols, RUN_ROWS)
         at = 0
-        with open(piece_path, "wb") as out:
+        with open(piece_path, "wb") as out, _Files() as files:
             for (topic, qid), parts in sorted(self.parts.items()):
                 recs = np.concatenate(parts)
                 end = recs["phy_offset"] + recs["size"]
@@ -120,6 +121,10 @@ class SplitQueues:
                 for name in ("phy_offset", "size", "tags_code"):
                     units[name] = recs[name]
                 out.write(units.tobytes())
+                if in_place is not None:
+                    for a, b in zip(starts.tolist(), stops.tolist()):
+                        if recs["q"][a] != 0:  # CONSECUTIVE: its own QUEUEOFFSETs are its slots on a clean log
+                            in_place.write(files, topic, qid, int(recs["q"][a]), units[a:b])
                 r = len(starts)
                 cols["split"] += [self.split] * r
                 cols["order"] += list(range(r))
@@ -137,6 +142,52 @@ class SplitQueues:
             # before the commit discards the whole staging version with it.
         self.parts.clear()
         return table_of(cols, RUN_ROWS)
+
+
+@dataclass(frozen=True)
+class InPlace:
+    """Where a read task also writes each consecutive run's units: the queue files under ``directory`` (local),
+    at the slots the run's QUEUEOFFSETs name. On a clean log that is where :func:`settle` places them, so the
+    files need no copy from the pieces afterwards; :func:`settle` keeps only what it proves (a queue whose every
+    consecutive run landed on its own offsets), and a queue it cannot is written anew from the pieces."""
+
+    directory: str
+    file_size: int
+
+    def write(self, files: "_Files", topic: str, qid: int, q0: int, units: np.ndarray) -> None:
+        data, at = memoryview(units.tobytes()), q0 * UNIT
+        while len(data):  # across file boundaries
+            base = at - at % self.file_size
+            n = min(len(data), base + self.file_size - at)
+            path = os.path.join(self.directory, topic, str(qid), file_name(base))
+            _pwrite_all(files.open(path, self.file_size), data[:n], at - base, path)
+            data, at = data[n:], at + n
+
+
+class _Files:
+    """Queue files a task writes into, opened once each; each created at full size (as :func:`write_file`
+    makes it, so tasks that share a file agree on it: a size already reached is left alone)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+
+    def open(self, path: str, size: int) -> int:
+        fd = self.fds.get(path)
+        if fd is None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = self.fds[path] = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            if os.fstat(fd).st_size < size:
+                os.ftruncate(fd, size)
+        return fd
+
+    def __enter__(self) -> "_Files":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds.values():
+            storage.start_writeback(fd)
+            os.close(fd)
+        self.fds.clear()
 
 
 _PART = np.dtype([("q", np.int64), ("phy_offset", np.int64), ("size", np.int32), ("tags_code", np.int64)])
@@ -168,13 +219,18 @@ class Settled:
     dropped_repeated: int = 0
     dropped_below_max: int = 0
     gaps: int = 0
+    in_place: set[tuple[str, int]] = field(default_factory=set)  # queues whose consecutive units are in place
 
 
-def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
+def settle(runs: pa.Table, file_size: int, read_ends, in_place: bool = False,
+           dirty: frozenset[tuple[str, int]] = frozenset()) -> Settled:
     """Place every run (``runs``: the counted splits' :data:`RUN_ROWS`) queue by queue, in CommitLog order.
 
     ``read_ends(piece, piece_at, n)``: the entry ends of ``n`` units in a piece (asked for only where the
-    broker's ``maxPhysicOffset`` rule may drop some: a replayed or rewritten log).
+    broker's ``maxPhysicOffset`` rule may drop some: a replayed or rewritten log). ``in_place``: the reads
+    wrote their consecutive runs in place too (:class:`InPlace`); a queue (not among ``dirty``, those a read
+    that does not count wrote into) whose every consecutive run is placed whole on its own offsets needs only
+    its other runs copied (its plans say so), and the others are written anew.
     """
     out = Settled([], [])
     if not runs.num_rows:
@@ -208,13 +264,18 @@ def settle(runs: pa.Table, file_size: int, read_ends) -> Settled:
         out.gaps += placed.gaps
         if state.first_file is None:  # every record was dropped before any file: no queue (as in process)
             continue
+        consecutive = c["kind"][sl] == CONSECUTIVE
+        landed = in_place and (topic, queue) not in dirty and bool(
+            ((placed.skip == 0) & (placed.count == c["n"][sl]) & (placed.slot == c["q0"][sl]))[consecutive].all())
+        if landed:
+            out.in_place.add((topic, queue))
         directory = f"{topic}/{queue}"
         plans = {o: FilePlan(f"{directory}/{file_name(o)}") for o in range(state.first_file, state.files_end,
                                                                                file_size)}
         if placed.blanks:
             p = plans[placed.blank_from - placed.blank_from % file_size]
             p.blank_at, p.blanks = placed.blank_from % file_size, placed.blanks
-        for r in np.flatnonzero(placed.count):
+        for r in np.flatnonzero((placed.count > 0) & ~(consecutive & landed)):
             src = int(c["piece_at"][a + r]) + int(placed.skip[r]) * UNIT
             at, left = int(placed.slot[r]) * UNIT, int(placed.count[r]) * UNIT
             while left:  # across file boundaries

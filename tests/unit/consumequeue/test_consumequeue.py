@@ -352,11 +352,13 @@ def test_consumequeues_into_a_uri_are_rocketmqs_files(s3_bucket, tmp_path):
 
 # --- the split-wise build (what Spark runs): splits cut anywhere, files the broker's ---------------------------
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["pieces", "in-place"])
 @pytest.mark.parametrize("split_bytes", [1000, 65536])
 @pytest.mark.parametrize("case", CQ_CASES + SPEC_CASES, ids=lambda c: c.name)
-def test_split_wise_queues_are_rocketmqs_at_any_split_size(case, split_bytes, tmp_path):
+def test_split_wise_queues_are_rocketmqs_at_any_split_size(case, split_bytes, in_place, tmp_path):
     """Each split's runs placed on the driver and the files written from pieces give RocketMQ's files, its
-    counters and stops, whatever the split size (1000 bytes cuts most records' runs into pieces)."""
+    counters and stops, whatever the split size (1000 bytes cuts most records' runs into pieces); so do reads
+    that write their consecutive runs in place, the driver keeping only what it proves."""
     c = json.loads((case / "case.json").read_text())
     config = BuildConfig(timezone="UTC", targets=("consumequeue",),
                          cq_file_size=cq_manifest(case)["mappedFileSizeConsumeQueue"],
@@ -364,11 +366,69 @@ def test_split_wise_queues_are_rocketmqs_at_any_split_size(case, split_bytes, tm
     one, _ = build_index(case / "commitlog", tmp_path / "one", config)
     built = build_queues(list_segments(str(case / "commitlog")), SplitSpec(split_bytes=split_bytes),
                          config.queue_file_size, delay_levels_ms(config.delay_levels), str(tmp_path / "staging"),
-                         write_tasks=3)
+                         write_tasks=3, in_place=in_place)
     assert built.splits > (1 if split_bytes == 1000 else 0)
     got, want = tree(tmp_path / "staging" / "consumequeue"), tree(case / "expected" / "consumequeue")
     assert sorted(got) == sorted(want)
     assert [k for k in want if got[k] != want[k]] == []
+    assert built.manifest == one["consumequeues"]
+
+
+def _offsets(draw) -> list[int]:
+    """One queue's QUEUEOFFSETs as a replayed, gapped or late-started log gives them."""
+    out: list[int] = []
+    nxt = draw(st.sampled_from([0, 0, 1, 5, 13]))
+    for step, n in draw(st.lists(st.tuples(st.sampled_from(["up", "back", "jump", "zero"]), st.integers(1, 9)),
+                                 min_size=1, max_size=6)):
+        if step == "back":
+            nxt = max(0, nxt - n)
+        elif step == "jump":
+            nxt += n
+        elif step == "zero":
+            out += [0] * min(n, 2)
+            continue
+        out += list(range(nxt, nxt + n))
+        nxt += n
+    return out
+
+
+@st.composite
+def unclean_logs(draw):
+    queues = [_offsets(draw) for _ in range(draw(st.integers(1, 3)))]
+    picks = draw(st.lists(st.integers(0, 2), max_size=60))
+    order, nxt = [], [0] * len(queues)
+    for p in picks + [i for i, q in enumerate(queues) for _ in q]:  # every record once, each queue in order
+        p %= len(queues)
+        if nxt[p] < len(queues[p]):
+            order.append((p, queues[p][nxt[p]]))
+            nxt[p] += 1
+    # Never the first record: a log whose first record is invalid is refused, not built.
+    corrupt_at = draw(st.one_of(st.none(), st.integers(1, len(order) - 1))) if len(order) > 1 else None
+    return order, corrupt_at
+
+
+@settings(max_examples=60, deadline=None)
+@given(log=unclean_logs(), split_bytes=st.sampled_from([300, 700, 5000]), file_size=st.sampled_from([60, 200]))
+def test_reads_that_write_runs_in_place_give_the_one_pass_files_on_any_log(tmp_path_factory, log, split_bytes,
+                                                                          file_size):
+    """Replays, gaps, zeros, late starts and records after the log's end (a corrupt record: later splits count
+    for nothing, though their reads wrote in place): the split-wise build that writes runs in place gives the
+    one pass's files, file for file, and no file or directory more."""
+    order, corrupt_at = log
+    recs = [Rec(topic=b"T%d" % (k % 2), queue_id=k, queue_offset=q, body=b"x" * 40) for k, q in order]
+    if corrupt_at is not None:
+        recs[corrupt_at] = replace(recs[corrupt_at], body_crc=1)
+    root = tmp_path_factory.mktemp("inplace")
+    store = write_segments(root / "store", [lay_segment(recs, size=max(4096, 200 * len(recs)))])
+    config = BuildConfig(timezone="UTC", targets=("consumequeue",), cq_file_size=file_size)
+    one, _ = build_index(store / "commitlog", root / "one", config)
+    built = build_queues(list_segments(str(store / "commitlog")), SplitSpec(split_bytes=split_bytes), file_size,
+                         DEFAULT_DELAYS_MS, str(root / "staging"), write_tasks=2, in_place=True)
+    got = root / "staging" / "consumequeue"
+    want = root / "one" / "consumequeue"
+    assert tree(got) == (tree(want) if want.exists() else {})
+    dirs = sorted(str(p.relative_to(got)) for p in got.rglob("*") if p.is_dir()) if got.exists() else []
+    assert dirs == (sorted(str(p.relative_to(want)) for p in want.rglob("*") if p.is_dir()) if want.exists() else [])
     assert built.manifest == one["consumequeues"]
 
 
