@@ -63,10 +63,11 @@ class WriterParams:
     queue_delays: tuple[int, ...] | None = None
     queue_light: LightQueues | None = None  # with queue_delays: the light queues' rules (None: none)
     queue_in_place: int = 0  # with queue_delays, > 0: the queue file size; clean runs are written in place too
+    sync: bool = True  # False: tasks only start their IndexFiles' writeback; the driver syncs them (WriterSizes.sync)
 
     @property
     def sizes(self) -> WriterSizes:
-        return WriterSizes(self.hash_slot_num, self.index_num, self.window_ms)
+        return WriterSizes(self.hash_slot_num, self.index_num, self.window_ms, self.sync)
 
 
 # A task that finds more stray entries than this reports only the count: the driver then falls back

@@ -28,6 +28,7 @@ from rocketidx.errors import CorruptRecordError, EmptySelectionError, RocketIdxE
 from rocketidx.index.writer import FileInfo
 import rocketidx.layout as L
 from rocketidx.output.local import LocalOutput, Staging
+from rocketidx.output.local import sync_files as local_sync_files
 from rocketidx.output.remote import RemoteOutput
 import rocketidx.storage as storage
 
@@ -132,7 +133,7 @@ def keep_task_time_index(tdir: str | None, segments, results: list[TaskResult], 
 def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: list[TaskResult],
                  resolved: ResolvedStops, config: BuildConfig, segments, summary: BuildSummary, *, filters: dict,
                  name_after: str | None, t0: float, allow_empty: bool = True, queues: dict | None = None,
-                 read_from: int | None = None) -> dict:
+                 read_from: int | None = None, sync_files: bool = False) -> dict:
     """Validate the task results, fill ``summary`` from the resolved stops, and commit. Returns the manifest.
 
     ``queues``: the manifest's ``consumequeues`` (:func:`rocketidx.build.queues.build_queues`), when they
@@ -142,6 +143,7 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
     no message raises :class:`EmptySelectionError` instead of committing an empty index (the commands'
     rule; a library caller may want the empty build). ``read_from``: where reading began when that is not a
     filter the manifest records (the one-pass build of a backfill's tail): the bytes read count from there.
+    ``sync_files``: the writers left the IndexFiles' syncs to this step (local staging; ``WriterSizes.sync``).
     """
     from_offset = filters.get("from_offset") if filters.get("from_offset") is not None else read_from
     if resolved.stop and resolved.stop["kind"] == "corrupt":
@@ -153,6 +155,8 @@ def finish_build(output: LocalOutput | RemoteOutput, staging: Staging, results: 
         refuse_empty_selection(segments, resolved.messages, filters)
     files, windows, skipped = validate(results, resolved, config)
     sources = locate_files(output, staging, results, files, L.index_file_size(config.hash_slot_num, config.index_num))
+    if sync_files:  # durable before the commit can name them, as a writer that syncs leaves them
+        local_sync_files(sources.values())
     # An offset range covers its own bytes, not the whole segments it lies in (a range build said "bytes
     # 12,891,238" for a range of 10,000,000): the summary's and the manifest's bytes_read are those.
     summary.bytes_read = covered_bytes(resolved.stops, from_offset, filters.get("to_offset"))

@@ -91,7 +91,8 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
             reader = CommitLogReader(segments, check_crc=config.check_crc, batch_records=config.batch_records,
                                      native=native, start_offset=start_offset,
                                      on_records=blocks.add if blocks else None)
-            sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms)
+            # The files are synced together before the commit (finish_build), the disk writing while we read.
+            sizes = WriterSizes(config.hash_slot_num, config.index_num, config.window_ms, sync=False)
             queues = ConsumeQueueWriter(os.path.join(staging.path, CONSUMEQUEUE_DIR), config.queue_file_size) \
                 if config.consumequeue else None
             batches = BatchQueueWriter(os.path.join(staging.path, BATCH_DIR), config.batch_file_size) \
@@ -107,7 +108,7 @@ def _build_index_at(commitlog, out: str, config: BuildConfig, *, segments, progr
             task = TaskResult(0, INDEX_DIR, windows=windows, ranges=_ranges_read(reader, segments, start_offset, native))
             manifest = finish_build(output, staging, [task], _resolved(reader, summary, segments), config, segments,
                                     summary, filters={}, name_after=name_after, t0=t0, queues=queue_manifest,
-                                    read_from=start_offset)
+                                    read_from=start_offset, sync_files=True)
         except BaseException:
             output.discard(staging)
             raise
@@ -240,7 +241,8 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
                                   queue_delays=delay_levels_ms(config.delay_levels) if config.consumequeue else None,
                                   queue_light=config.light_queues,
                                   # Local staging: the tasks write clean queue runs in place (no copy afterwards).
-                                  queue_in_place=config.queue_file_size if config.consumequeue else 0)
+                                  queue_in_place=config.queue_file_size if config.consumequeue else 0,
+                                  sync=False)  # the driver syncs the IndexFiles before the commit (finish_build)
             ran = None
             if config.index:
                 # One worker: one task owns every window (no strays, no resync). More: at least a task each.
@@ -276,7 +278,7 @@ def _build_range_at(commitlog, out: str, config: BuildConfig, *, from_offset, to
             results, resolved, _ = ran
             manifest = finish_build(output, staging, results, resolved, config, segments, summary, filters=filters,
                                     name_after=None, t0=t0, allow_empty=allow_empty,
-                                    queues=None if queues is None else queues.manifest)
+                                    queues=None if queues is None else queues.manifest, sync_files=True)
         except BaseException:
             output.discard(staging)
             raise

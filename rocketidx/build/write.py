@@ -44,6 +44,7 @@ class WriterSizes:
     hash_slot_num: int
     index_num: int
     window_ms: int
+    sync: bool = True  # False: writers only start a file's writeback; the build syncs them all before its commit
 
 
 @dataclass
@@ -88,7 +89,8 @@ class WindowSet:
         if wr is None:
             if self.directory is None:
                 self.directory = str(self.where())
-            wr = WindowWriter(self.directory, w, self.sizes.window_ms, self.sizes.hash_slot_num, self.sizes.index_num)
+            wr = WindowWriter(self.directory, w, self.sizes.window_ms, self.sizes.hash_slot_num, self.sizes.index_num,
+                              self.sizes.sync)
             if self.start is not None:
                 self.start(wr)
             self.open[w] = wr

@@ -19,6 +19,7 @@ from rocketidx.commitlog.native import kernel
 from rocketidx.errors import ConfigError
 from rocketidx.index.reader import Header
 import rocketidx.layout as L
+import rocketidx.storage as storage
 
 _SLOT_BLOCK = 1024  # slots per written block (4 KiB): untouched blocks stay holes in the sparse file
 
@@ -112,7 +113,10 @@ class WindowWriter:
     """
 
     def __init__(self, directory: str | os.PathLike, window_id: int, window_ms: int,
-                 hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM, index_num: int = L.DEFAULT_INDEX_NUM):
+                 hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM, index_num: int = L.DEFAULT_INDEX_NUM,
+                 sync: bool = True):
+        """``sync=False``: a finished file's writeback is started, not waited for; the caller syncs every file
+        (:func:`rocketidx.output.local.sync_files`) before anything can publish it."""
         if hash_slot_num <= 0 or index_num <= L.FIRST_INDEX:
             raise ConfigError("hash_slot_num/index_num", (hash_slot_num, index_num),
                               "need at least 1 slot and 2 items (item 0 is never used)")
@@ -130,6 +134,7 @@ class WindowWriter:
         self.entries = 0
         self.seq0 = 0  # the sequence number of this writer's first file (an incremental build carries earlier ones)
         self.seed: Header | None = None  # the header the next new file is seeded from (a carried full file's)
+        self.sync = sync
 
     def continue_after(self, seq0: int, last: Header, open_path: str | None = None,
                        created_with: tuple[int, int] = (0, 0)) -> None:
@@ -165,7 +170,7 @@ class WindowWriter:
         self._flush(f)
         # Durable before anyone can publish it: a commit point (a build's pointer swap, a backfill's
         # checkpoint) must never name a file whose pages a power cut could still lose.
-        os.fdatasync(f.fd)
+        self._synced(f.fd)
         os.close(f.fd)
         self.files.append(FileInfo(os.path.basename(f.path), self.window_id, self.window_id * self.window_ms,
                                    self.seq0 + len(self.files), f.header, *f.created_with))
@@ -294,7 +299,7 @@ class WindowWriter:
             path, header, created = self.suspended
             fd = os.open(path, os.O_RDONLY)
             try:
-                os.fdatasync(fd)
+                self._synced(fd)
             finally:
                 os.close(fd)
             self.files.append(FileInfo(os.path.basename(path), self.window_id, self.window_id * self.window_ms,
@@ -303,6 +308,14 @@ class WindowWriter:
         if self.current is not None:
             self._finish_file()
         return self.files
+
+    def _synced(self, fd: int) -> None:
+        """Sync a finished file now, or (``sync=False``) start its writeback for the caller's sync to find done:
+        a build's tasks then never wait on the disk, which writes while they compute."""
+        if self.sync:
+            os.fdatasync(fd)
+        else:
+            storage.start_writeback(fd)
 
     def abort(self) -> None:
         """Close without finishing: for error paths (the staging directory is discarded)."""

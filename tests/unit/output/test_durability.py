@@ -58,14 +58,17 @@ class Calls:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name an fd's file")
-def test_a_build_syncs_every_file_and_directory_before_its_commit_point(monkeypatch, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_build_syncs_every_file_and_directory_before_its_commit_point(monkeypatch, tmp_path, workers):
+    """The writers only start their files' writeback (one pass and pool tasks alike); the build syncs every
+    file here, in this process, before the rename that publishes it."""
     case = GOLDEN_CASES[0]
     meta = load_case(case)
     config = BuildConfig(meta["hashSlotNum"], meta["indexNum"], meta["windowMillis"], "UTC")
     out = tmp_path / "out"
     build_index(case / "commitlog", out, config, time_index=None)  # a previous output to replace
     calls = Calls(monkeypatch)
-    manifest, _ = build_index(case / "commitlog", out, config, time_index=None)
+    manifest, _ = build_index(case / "commitlog", out, config, time_index=None, workers=workers)
     version = os.path.realpath(out / "current")
     commit = calls.first("move", str(out.resolve() / "current"))
     for f in manifest["files"]:
