@@ -62,7 +62,7 @@ from rocketidx.consumequeue.writer import ConsumeQueueWriter, QueueInfo, file_na
 from rocketidx.index.reader import Header
 from rocketidx.index.windows import assign_windows, staging_name
 from rocketidx.index.writer import FileInfo, WindowWriter
-from rocketidx.output.local import LocalOutput, Staging, fsync_dir
+from rocketidx.output.local import LocalOutput, Staging, fsync_dir, sync_files
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, INDEX_DIR, Manifest, ManifestFile
 import rocketidx.storage as storage
 
@@ -686,7 +686,7 @@ class _Queues:
                     from concurrent.futures import ThreadPoolExecutor
                     self.copier = ThreadPoolExecutor(1, thread_name_prefix="queue-copy")
                 self.copies[(topic, qid)] = (last, self.copier.submit(
-                    _copy_synced, os.path.join(self.old, topic, str(qid), last),
+                    _copy_started, os.path.join(self.old, topic, str(qid), last),
                     os.path.join(self.new, topic, str(qid), last)))
 
     def _appended(self, st: QueueState) -> str | None:
@@ -828,7 +828,7 @@ class _Queues:
                 self._write(dst, written[n])
             elif n == last:  # the writer appends to it: a copy, never the earlier version's file
                 if not self._copied(topic, qid, n):
-                    _copy_synced(os.path.join(self.old, topic, str(qid), n), dst)
+                    _copy_started(os.path.join(self.old, topic, str(qid), n), dst)
                     self.reuse.queue_files_written += 1
             else:
                 carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
@@ -843,7 +843,9 @@ class _Queues:
         self.reuse.queue_files_written += 1
 
     def close(self) -> dict:
+        # The writer syncs every file of the queues it appended to, copies included.
         infos: list[QueueInfo] = list(self.writer.close())
+        unsynced = []  # copies ahead of queues that got no entry after all
         for (topic, qid), (st, names, written) in sorted(self.base.items()):
             if not names:
                 continue  # cut back to where its next file begins, and nothing came: no file
@@ -853,13 +855,14 @@ class _Queues:
                 if n in written:
                     self._write(dst, written[n])
                 elif self._copied(topic, qid, n):
-                    pass
+                    unsynced.append(dst)
                 else:
                     carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
                     self.reuse.queue_files_carried += 1
             _sync_dir(qdir)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
         self.abort()
+        sync_files(unsynced)
         if self.copies:  # every file copied ahead is its queue's, in place: none may be left over
             raise FullBuild(f"a queue file copied ahead was not used: {sorted(self.copies)[:3]}")
         infos.sort(key=lambda q: (q.topic, q.queue_id))
@@ -875,13 +878,15 @@ class _Queues:
                 "gaps": self.gaps + self.writer.gaps}
 
 
-def _copy_synced(src: str, dst: str) -> None:
-    """``src`` copied to ``dst`` in the kernel (sendfile, not through this process) and synced."""
+def _copy_started(src: str, dst: str) -> None:
+    """``src`` copied to ``dst`` in the kernel (sendfile, not through this process), its writeback started: the
+    queue writer's close syncs it with the queue's other files (and :meth:`close` those it never appended to),
+    so the read that waits for the copy does not wait for the disk too."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     shutil.copyfile(src, dst)
     fd = os.open(dst, os.O_RDONLY)
     try:
-        os.fsync(fd)
+        storage.start_writeback(fd)
     finally:
         os.close(fd)
 
