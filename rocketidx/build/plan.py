@@ -123,6 +123,26 @@ class _Log:
                     pass
         self._bufs.clear()
 
+    def tail_before(self, i: int, lo: int, ts: int) -> bool:
+        """Whether the records that start in the last :data:`WALK_BYTES` of segment ``i``'s read (after the
+        record at ``lo``) all have store times before ``ts``; False when none is found there to say so."""
+        seg_lo, seg_hi = self.bounds(i)
+        hi = min(seg_hi, self.no_record_from.get(i, seg_hi))
+        start = max(lo, hi - WALK_BYTES)
+        first = self.probe(i, start, hi) if start > lo else Probe(lo, 0)
+        if first is None:
+            return False
+        try:
+            seen = False
+            for recs in scan_records(self.buf(i), self.segments[i], first.pos, hi, check_crc=False,
+                                     batch_records=4096, judge_tail=False):
+                if len(recs) and (recs[:, L.REC_STORE_TS] >= ts).any():
+                    return False
+                seen |= len(recs) > 0
+            return seen
+        finally:
+            release_pages(self.buf(i), first.pos, hi)
+
     def first_at_or_after(self, i: int, lo: int, ts: int) -> int | None:
         """Bisection in segment ``i``: the first record after the record at ``lo`` whose store time is at
         least ``ts`` (exact where the log is in time order), or None when no such record was found."""
@@ -198,6 +218,11 @@ def _plan(log: _Log, segments: list[Segment], lo: int, hi: int, window_ms: int) 
                 if k != i and heads[k].ts >= target:
                     found = (k, heads[k].pos)
                     break
+                # A window spans a few segments: where the next segment's head and the last records of k are all
+                # still before the target, k is passed over without a bisection (in time order all of k is).
+                later = next((heads[m] for m in range(k + 1, len(segments)) if heads[m] is not None), None)
+                if later is not None and later.ts < target and log.tail_before(k, from_pos, target):
+                    continue
                 pos = log.first_at_or_after(k, from_pos, target)
                 if pos is not None:
                     found = (k, pos)

@@ -98,6 +98,27 @@ def test_a_zero_tail_is_searched_once_for_all_the_windows_before_it(tmp_path, mo
     assert len(ranges) >= 12 and 0 < sum(tail) <= 6 * plan.SEARCH_BYTES, (len(tail), sum(tail))
 
 
+def test_segments_a_window_passes_over_are_not_bisected_and_the_cuts_stay_first_records(tmp_path, monkeypatch):
+    """A window spans several segments: only the segment its next boundary lies in is bisected, the others are
+    passed over on their tails (the next segment's head and the last records still before the boundary)."""
+    generate_store(tmp_path, GenConfig(messages=6000, segment_bytes=64 * 1024, span_ms=3 * 3_600_000))
+    segments = list_segments(tmp_path)
+    assert len(segments) >= 12
+    pos, ts = _records(segments)
+    bisected = []
+    first_at_or_after = plan._Log.first_at_or_after
+
+    def counted(self, i, lo, target):
+        bisected.append(i)
+        return first_at_or_after(self, i, lo, target)
+    monkeypatch.setattr(plan._Log, "first_at_or_after", counted)
+    ranges = plan_windows(segments, SplitSpec(), 3_600_000)
+    windows = ts // 3_600_000
+    firsts = pos[np.r_[0, np.flatnonzero(np.diff(windows)) + 1]]
+    assert [r.start for r in ranges[1:]] == firsts[1:].tolist()
+    assert len(bisected) <= 2 * (len(ranges) - 1), (bisected, len(segments))
+
+
 def test_the_plan_respects_an_offset_range(tmp_path):
     generate_store(tmp_path, GenConfig(messages=3000, segment_bytes=128 * 1024, span_ms=5 * 3_600_000))
     segments = list_segments(tmp_path)
