@@ -14,7 +14,6 @@ download, and ``-v`` and the bench report what it cost.
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import mmap
 import os
@@ -378,6 +377,7 @@ _SYNC_FILE_RANGE_WRITE = 2
 @functools.cache
 def _sync_file_range():
     """libc's ``sync_file_range`` (Linux), or None."""
+    import ctypes  # here: 7 ms of every command's start otherwise
     try:
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):
