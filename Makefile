@@ -69,6 +69,8 @@ brokers: $(STAMP)
 	mkdir -p bench-data && cd tests && ../$(BIN)/python -m brokers.matrix --json ../bench-data/brokers-matrix.json
 	cd tests && ../$(BIN)/python -m brokers.matrix --versions 5.3.3 5.5.0 --set enabledAppendPropCRC=true \
 		--json ../bench-data/brokers-matrix-propcrc.json
+	cd tests && ../$(BIN)/python -m brokers.matrix --versions 4.9.8 5.5.0 --build-args "--in-process --workers 2" \
+		--json ../bench-data/brokers-matrix-workers.json
 	cd tests && ../$(BIN)/python -m brokers.matrix --versions 4.9.8 5.1.4 5.5.0 --set enableLmq=true \
 		--set enableMultiDispatch=true --json ../bench-data/brokers-matrix-lmq.json
 	cd tests && ../$(BIN)/python -m brokers.light --json ../bench-data/brokers-light.json

@@ -466,9 +466,11 @@ def broker_phase(cluster: Cluster, res: Result, messages: int, seed: int) -> tup
     return queries, answers, started_ms
 
 
-def build_phase(cluster: Cluster, res: Result, out: Path) -> bool:
+def build_phase(cluster: Cluster, res: Result, out: Path, extra: list[str] | tuple[str, ...] = ()) -> bool:
+    """``rocketidx build`` of the stopped broker's store (``extra``: more flags, e.g. ``--workers 2``)."""
     args = ["build", "--commitlog", str(cluster.store / "commitlog"), "--out", str(out),
-            "--targets", "index,consumequeue", "--window", "0", "--broker-conf", str(cluster.broker_conf)]
+            "--targets", "index,consumequeue", "--window", "0", "--broker-conf", str(cluster.broker_conf),
+            *extra]
     topics = cluster.store / "config" / "topics.json"
     if cluster.conf.get("rocketidxBatchCQ") and topics.is_file():  # the workload made BatchCQ topics
         args += ["--topic-config", str(topics), "--in-process"]
@@ -561,7 +563,8 @@ def query_phase(cluster: Cluster, res: Result, out: Path, queries: list, answers
 
 
 def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
-                settings: dict[str, str] | None = None, batchcq: bool = False) -> Result:
+                settings: dict[str, str] | None = None, batchcq: bool = False,
+                build_args: list[str] | tuple[str, ...] = ()) -> Result:
     """The whole matrix step for one version in ``root`` (a fresh directory); the broker and namesrv are
     down when it returns, whatever happened. ``settings``: broker.conf keys over the harness's defaults."""
     res = Result(version, root=str(root), settings=dict(settings or {}))
@@ -582,7 +585,7 @@ def run_version(version: str, root: Path, messages: int = 600, seed: int = 1,
         if (cluster.store / "abort").exists():
             res.error = "the broker left store/abort behind: its stop was not clean"
         out = root / "rocketidx-out"
-        ok = build_phase(cluster, res, out)
+        ok = build_phase(cluster, res, out, build_args)
         t = _timed(res, "build", t)
         if not ok:
             res.error = f"rocketidx build exited with {res.build_rc}: {res.build_stderr.strip()[-400:]}"
@@ -651,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
                         "rocketidx builds with --topic-config STORE/config/topics.json and batchconsumequeue/ is compared")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a broker.conf setting over the harness's (repeatable), e.g. enabledAppendPropCRC=true")
+    p.add_argument("--build-args", default="", metavar="FLAGS",
+                   help="more flags for rocketidx build, as one string (e.g. \"--in-process --workers 2\": the pool's "
+                        "tasks, queue runs written in place)")
     a = p.parse_args(argv)
     settings = dict(kv.split("=", 1) for kv in a.set if "=" in kv)
     if len(settings) != len(a.set):
@@ -661,7 +667,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for v in a.versions:
             roots.append(Path(tempfile.mkdtemp(prefix=f"{v}-", dir=work)))
-            res = run_version(v, roots[-1], a.messages, a.seed, settings, batchcq=a.batchcq)
+            res = run_version(v, roots[-1], a.messages, a.seed, settings, batchcq=a.batchcq,
+                              build_args=a.build_args.split())
             results.append(res)
             print(res.line(), flush=True)
             for ln in details(res):
