@@ -53,6 +53,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
                         "--executor-kills", "--index-loss-cases"},
     # The real-broker scripts of `make brokers` (tests/brokers/) that the pages quote.
     "brokers.redispatch": {"--set"},
+    "brokers.matrix": {"--build-args"},
     # Remote stores: Hadoop's classpath for libhdfs, and the local S3 server of the runnable example.
     "hadoop": {"--glob"}, "moto_server": set(),
     # Set-up and helpers quoted without long options: anything they gain must be listed here first.
