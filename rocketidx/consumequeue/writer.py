@@ -76,6 +76,15 @@ class _Queue:
         self.waiting: list[memoryview] = []  # bytes from logical offset waiting_at on, not yet written
         self.waiting_at = 0
         self.waiting_bytes = 0
+        # Called once before the first write to the queue's files: an incremental build's copy of the file the
+        # queue appends to may still be on its way (rocketidx.build.incremental), and entries wait in memory.
+        self.pending = None
+
+    def ready(self) -> None:
+        """Wait for what :attr:`pending` names (once)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending()
 
     def _create_files(self) -> None:
         st, f = self.state, self.state.file_size
@@ -116,6 +125,7 @@ class _Queue:
 
     def write(self, at: int, data: bytes | memoryview) -> None:
         """``data`` at logical offset ``at``, across file boundaries."""
+        self.ready()
         f = self.state.file_size
         data = memoryview(data)
         while len(data):
@@ -238,6 +248,8 @@ class ConsumeQueueWriter:
         """Sync every file and directory (``sync=False``: a scratch rebuild, which no one keeps); the queues,
         sorted by topic and queue id."""
         self.flush()
+        for q in self.queues.values():  # a file copied ahead is in place before it is synced, written to or not
+            q.ready()
         infos = []
         for (topic, qid), q in sorted(self.queues.items()):
             st = q.state
