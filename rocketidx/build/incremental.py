@@ -668,8 +668,8 @@ class _Queues:
         if windowed and change.retention and (dropped.get("repeated") or dropped.get("below_max_physic_offset")):
             raise FullBuild("the broker's rules dropped records: retention rebuilds the queues")
         self.segments = segments
-        # (topic, queue id) -> (state, files to carry, file name -> bytes written anew)
-        self.base: dict[tuple[str, int], tuple[QueueState, list[str], dict[str, bytes]]] = {}
+        # (topic, queue id) -> (state, files to carry, file name -> units written anew)
+        self.base: dict[tuple[str, int], tuple[QueueState, list[str], dict[str, np.ndarray]]] = {}
         for q in cq.get("queues", []):
             b = self._base(q, windowed)
             if b is not None:
@@ -682,6 +682,7 @@ class _Queues:
         # link: the same bytes. abort() or close() waits for the threads.
         self.copies: dict[tuple[str, int], tuple[str, object]] = {}
         self.copier = None
+        self.written_anew: list[str] = []  # files _write made (synced together in close)
         for (topic, qid), (st, names, written) in self.base.items():
             last = self._appended(st)
             if last is not None and last in names and last not in written:
@@ -711,11 +712,18 @@ class _Queues:
         if self.copier is not None:
             self.copier.shutdown(wait=True, cancel_futures=True)
 
-    def _units(self, topic: str, qid: int, name: str) -> np.ndarray:
+    def _units(self, topic: str, qid: int, name: str, writable: bool = False) -> np.ndarray:
+        """A queue file of the earlier version as units (``writable``: read into a buffer of our own, to be
+        changed and written anew without another copy)."""
         with open(os.path.join(self.old, topic, str(qid), name), "rb") as f:
-            return np.frombuffer(f.read(), L.CQ_UNIT)
+            if not writable:
+                return np.frombuffer(f.read(), L.CQ_UNIT)
+            buf = bytearray(os.fstat(f.fileno()).st_size)
+            if f.readinto(buf) != len(buf):
+                raise OSError(f"{f.name}: shorter than its size")
+            return np.frombuffer(buf, L.CQ_UNIT)
 
-    def _unit(self, topic: str, qid: int, at: int, written: dict[str, bytes]):
+    def _unit(self, topic: str, qid: int, at: int, written: dict[str, np.ndarray]):
         """The unit at logical offset ``at`` (bytes), as this build holds it so far."""
         f = self.file_size
         name = file_name(at - at % f)
@@ -724,7 +732,7 @@ class _Queues:
         with open(os.path.join(self.old, topic, str(qid), name), "rb") as fh:
             return np.frombuffer(os.pread(fh.fileno(), UNIT, at % f), L.CQ_UNIT)[0]
 
-    def _first_slot_at(self, topic, qid, st: QueueState, offset: int, written: dict[str, bytes]) -> int | None:
+    def _first_slot_at(self, topic, qid, st: QueueState, offset: int, written: dict[str, np.ndarray]) -> int | None:
         """The first slot from the queue's minimum whose entry's CommitLog offset is at or past ``offset`` (None:
         none is); a queue's entries come in CommitLog order, so a binary search finds it."""
         lo, hi = max(st.min_offset, st.first_file) // UNIT, st.slots
@@ -743,7 +751,7 @@ class _Queues:
         f = self.file_size
         st = QueueState(f, first_file=int(names[0]), files_end=int(names[-1]) + f, write_pos=q["max_offset"] * UNIT,
                         min_offset=q["min_offset"] * UNIT, entries=q["entries"])
-        written: dict[str, bytes] = {}
+        written: dict[str, np.ndarray] = {}
         ch = self.change
         if ch.rewritten:
             cut = self._first_slot_at(topic, qid, st, ch.read_from, written)
@@ -756,9 +764,9 @@ class _Queues:
                 names = [n for n in names if int(n) < st.files_end]
                 at = st.write_pos - st.write_pos % f
                 if at < st.files_end and file_name(at) in names:
-                    units = self._units(topic, qid, file_name(at)).copy()
+                    units = self._units(topic, qid, file_name(at), writable=True)
                     units[(st.write_pos - at) // UNIT:] = 0
-                    written[file_name(at)] = units.tobytes()
+                    written[file_name(at)] = units
         if ch.retention:
             if windowed:
                 b = self._blank_before(topic, qid, names, st, written)
@@ -780,7 +788,7 @@ class _Queues:
                 st.max_phy = ch.read_from
         return st, names, written
 
-    def _blank_before(self, topic, qid, names, st: QueueState, written: dict[str, bytes]) -> list[str] | None:
+    def _blank_before(self, topic, qid, names, st: QueueState, written: dict[str, np.ndarray]) -> list[str] | None:
         """Windowed retention: what a full build of the log writes, the slots before the first message still
         in it blank (fillPreBlank); None when no message of the queue is left."""
         t = self._first_slot_at(topic, qid, st, self.change.first, written)
@@ -797,11 +805,10 @@ class _Queues:
         st.entries -= t - st.min_offset // UNIT
         st.first_file, st.min_offset = first_file, t * UNIT
         name = file_name(first_file)
-        units = (np.frombuffer(written[name], L.CQ_UNIT) if name in written else
-                 self._units(topic, qid, name)).copy()
+        units = written[name] if name in written else self._units(topic, qid, name, writable=True)
         k = (t * UNIT - first_file) // UNIT
         units["phy_offset"][:k], units["size"][:k], units["tags_code"][:k] = L.CQ_BLANK
-        written[name] = units.tobytes()
+        written[name] = units
         return [n for n in names if int(n) >= first_file]
 
     def _broker_deletes(self, topic, qid, names, written) -> list[str]:
@@ -839,12 +846,14 @@ class _Queues:
                 carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
                 self.reuse.queue_files_carried += 1
 
-    def _write(self, dst: str, data: bytes) -> None:
+    def _write(self, dst: str, units: np.ndarray) -> None:
+        """A queue file written anew; its writeback started, its sync left to :meth:`close` (with the others')."""
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         with open(dst, "wb") as f:
-            f.write(data)
+            f.write(units.view(np.uint8))
             f.flush()
-            os.fsync(f.fileno())
+            storage.start_writeback(f.fileno())
+        self.written_anew.append(dst)
         self.reuse.queue_files_written += 1
 
     def close(self) -> dict:
@@ -867,7 +876,7 @@ class _Queues:
             _sync_dir(qdir)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
         self.abort()
-        sync_files(unsynced)
+        sync_files(unsynced + self.written_anew)
         if self.copies:  # every file copied ahead is its queue's, in place: none may be left over
             raise FullBuild(f"a queue file copied ahead was not used: {sorted(self.copies)[:3]}")
         infos.sort(key=lambda q: (q.topic, q.queue_id))
