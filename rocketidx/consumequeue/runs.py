@@ -155,7 +155,7 @@ class InPlace:
     file_size: int
 
     def write(self, files: "_Files", topic: str, qid: int, q0: int, units: np.ndarray) -> None:
-        data, at = memoryview(units.tobytes()), q0 * UNIT
+        data, at = memoryview(np.ascontiguousarray(units).view(np.uint8)), q0 * UNIT  # no copy of the run
         while len(data):  # across file boundaries
             base = at - at % self.file_size
             n = min(len(data), base + self.file_size - at)
