@@ -393,3 +393,58 @@ def start_writeback(fd: int) -> None:
     fn = _sync_file_range()
     if fn is not None:
         fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
+def copy_sparse(src: str, dst: str) -> int:
+    """``src`` copied to a new local file ``dst`` as it lies on disk: its data extents copied in the kernel
+    (``copy_file_range``), its holes left holes, the size kept. A queue file the writer made sparse is mostly
+    hole until it fills, so a copy of what was written is a fraction of a full one, to write and to sync; the
+    bytes read back are the same either way. Where the system cannot say where data lies (no ``SEEK_DATA``) or
+    copy in the kernel, every byte is copied. Returns the bytes copied."""
+    import errno
+    import shutil
+    with open(src, "rb") as fi, open(dst, "xb") as fo:
+        size = os.fstat(fi.fileno()).st_size
+        spans = _data_spans(fi.fileno(), size)
+        if spans is None or not hasattr(os, "copy_file_range"):
+            fo.close()
+            shutil.copyfile(src, dst)
+            return size
+        fo.truncate(size)
+        copied = 0
+        for lo, hi in spans:
+            while lo < hi:
+                try:
+                    n = os.copy_file_range(fi.fileno(), fo.fileno(), hi - lo, lo, lo)
+                except OSError as e:
+                    if copied == 0 and e.errno in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
+                        fo.close()
+                        shutil.copyfile(src, dst)
+                        return size
+                    raise
+                if n <= 0:
+                    raise OSError(f"{src}: ends before byte {lo} of its {size}")
+                lo += n
+                copied += n
+        return copied
+
+
+def _data_spans(fd: int, size: int) -> list[tuple[int, int]] | None:
+    """The byte ranges of ``fd`` that hold data (``SEEK_DATA``/``SEEK_HOLE``); None where the system cannot say."""
+    import errno
+    if not hasattr(os, "SEEK_DATA"):
+        return None
+    spans, at = [], 0
+    while at < size:
+        try:
+            lo = os.lseek(fd, at, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # only a hole from here to the end
+                break
+            if e.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return None
+            raise
+        hi = min(os.lseek(fd, lo, os.SEEK_HOLE), size)
+        spans.append((lo, hi))
+        at = hi
+    return spans

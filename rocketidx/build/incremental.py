@@ -893,11 +893,11 @@ class _Queues:
 
 
 def _copy_started(src: str, dst: str) -> None:
-    """``src`` copied to ``dst`` in the kernel (sendfile, not through this process), its writeback started: the
-    queue writer's close syncs it with the queue's other files (and :meth:`close` those it never appended to),
-    so the read that waits for the copy does not wait for the disk too."""
+    """``src`` copied to ``dst`` in the kernel as it lies on disk (its written part; the sparse rest stays a
+    hole), its writeback started: the queue writer's close syncs it with the queue's other files (and
+    :meth:`close` those it never appended to), so the read that waits for the copy does not wait for the disk."""
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    shutil.copyfile(src, dst)
+    storage.copy_sparse(src, dst)
     fd = os.open(dst, os.O_RDONLY)
     try:
         storage.start_writeback(fd)

@@ -108,3 +108,28 @@ def test_a_filesystem_is_made_once_per_store_and_paths_map_as_from_uri_maps_them
     assert storage.filesystem(f"s3://{bucket}/x")[0] is storage.filesystem(f"s3://{bucket}/y/z")[0]
     for uri in ("file:///", "file:///tmp", "file:///tmp/a/"):
         assert storage.filesystem(uri)[1] == (pafs.FileSystem.from_uri(uri)[1].rstrip("/") or "/"), uri
+
+
+@pytest.mark.parametrize("layout", ["written-head", "data-after-holes", "all-hole", "all-data", "empty"])
+def test_a_sparse_copy_reads_back_byte_for_byte_and_copies_only_what_is_written(tmp_path, layout):
+    """What a queue file copied ahead of an append is: the same bytes, its holes left holes (a copy of the
+    written part, not of the zeros after it)."""
+    size = 6_000_000
+    src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
+    rng = __import__("random").Random(layout)
+    writes = {"written-head": [(0, 1_234_567)], "data-after-holes": [(8192, 5000), (3 << 20, 70_000), (size - 7, 7)],
+              "all-hole": [], "all-data": [(0, size)], "empty": []}[layout]
+    with open(src, "wb") as f:
+        f.truncate(0 if layout == "empty" else size)
+        for at, n in writes:
+            f.seek(at)
+            f.write(bytes(rng.randrange(1, 256) for _ in range(min(n, 4096))) * (n // 4096) +
+                    bytes(rng.randrange(1, 256) for _ in range(n % 4096)))
+    copied = storage.copy_sparse(src, dst)
+    assert open(src, "rb").read() == open(dst, "rb").read()
+    written = sum(n for _, n in writes)
+    # Copied: the written bytes rounded out to whole blocks, never the holes.
+    assert written <= copied <= written + 2 * 4096 * len(writes)
+    assert os.stat(dst).st_blocks * 512 <= os.stat(src).st_blocks * 512 + 4096 * len(writes)
+    with pytest.raises(FileExistsError):
+        storage.copy_sparse(src, dst)
