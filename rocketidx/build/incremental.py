@@ -835,7 +835,7 @@ class _Queues:
         for n in names:
             dst = os.path.join(queue.directory, n)
             if n in written:
-                self._write(dst, written[n])
+                self._write(dst, written[n], st)
             elif n == last:  # the writer appends to it: a copy, never the earlier version's file
                 if self.copies.get((topic, qid), ("",))[0] == n:  # copied ahead: waited for at the first write
                     queue.pending = functools.partial(self._copied, topic, qid, n)
@@ -846,11 +846,16 @@ class _Queues:
                 carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
                 self.reuse.queue_files_carried += 1
 
-    def _write(self, dst: str, units: np.ndarray) -> None:
-        """A queue file written anew; its writeback started, its sync left to :meth:`close` (with the others')."""
+    def _write(self, dst: str, units: np.ndarray, st: QueueState) -> None:
+        """A queue file written anew up to the queue's last entry, sparse after it as the writer leaves a file
+        (the zeros there are not written, nor synced); its writeback started, its sync left to :meth:`close`
+        (with the others')."""
         os.makedirs(os.path.dirname(dst), exist_ok=True)
+        data = units.view(np.uint8)
+        used = min(len(data), max(0, st.write_pos - int(os.path.basename(dst))))
         with open(dst, "wb") as f:
-            f.write(units.view(np.uint8))
+            f.truncate(len(data))
+            f.write(data[:used])
             f.flush()
             storage.start_writeback(f.fileno())
         self.written_anew.append(dst)
@@ -867,7 +872,7 @@ class _Queues:
             for n in names:
                 dst = os.path.join(qdir, n)
                 if n in written:
-                    self._write(dst, written[n])
+                    self._write(dst, written[n], st)
                 elif self._copied(topic, qid, n):
                     unsynced.append(dst)
                 else:
