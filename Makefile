@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip $(PIP_NOISE)
 	$(BIN)/python -m pip install --quiet -e '.[test]' $(PIP_NOISE)
+	@# A regular install (pip install .) compiles the package's bytecode; an editable one writes it at first
+	@# import, unless PYTHONDONTWRITEBYTECODE is set, and then every command compiles the whole package first.
+	$(BIN)/python -m compileall -q rocketidx jobs
 	touch $(STAMP)
 
 setup: $(STAMP)

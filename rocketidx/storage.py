@@ -397,36 +397,41 @@ def start_writeback(fd: int) -> None:
 
 def copy_sparse(src: str, dst: str) -> int:
     """``src`` copied to a new local file ``dst`` as it lies on disk: its data extents copied in the kernel
-    (``copy_file_range``), its holes left holes, the size kept. A queue file the writer made sparse is mostly
+    (:func:`copy_range`), its holes left holes, the size kept. A queue file the writer made sparse is mostly
     hole until it fills, so a copy of what was written is a fraction of a full one, to write and to sync; the
-    bytes read back are the same either way. Where the system cannot say where data lies (no ``SEEK_DATA``) or
-    copy in the kernel, every byte is copied. Returns the bytes copied."""
-    import errno
-    import shutil
+    bytes read back are the same either way. Where the system cannot say where data lies (no ``SEEK_DATA``),
+    every byte is copied. Returns the bytes copied."""
     with open(src, "rb") as fi, open(dst, "xb") as fo:
         size = os.fstat(fi.fileno()).st_size
         spans = _data_spans(fi.fileno(), size)
-        if spans is None or not hasattr(os, "copy_file_range"):
-            fo.close()
-            shutil.copyfile(src, dst)
-            return size
+        if spans is None:
+            spans = [(0, size)] if size else []
         fo.truncate(size)
-        copied = 0
         for lo, hi in spans:
-            while lo < hi:
-                try:
-                    n = os.copy_file_range(fi.fileno(), fo.fileno(), hi - lo, lo, lo)
-                except OSError as e:
-                    if copied == 0 and e.errno in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
-                        fo.close()
-                        shutil.copyfile(src, dst)
-                        return size
+            copy_range(fi.fileno(), fo.fileno(), lo, hi, src)
+        return sum(hi - lo for lo, hi in spans)
+
+
+def copy_range(fd_in: int, fd_out: int, lo: int, hi: int, name: str) -> None:
+    """Bytes ``lo`` to ``hi`` of ``fd_in`` to the same place in ``fd_out``: in the kernel (``copy_file_range``,
+    no bytes through this process), read and written where the system has no such call for these files."""
+    import errno
+    kernel = hasattr(os, "copy_file_range")
+    while lo < hi:
+        if kernel:
+            try:
+                n = os.copy_file_range(fd_in, fd_out, hi - lo, lo, lo)
+            except OSError as e:
+                if e.errno not in (errno.ENOSYS, errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP):
                     raise
-                if n <= 0:
-                    raise OSError(f"{src}: ends before byte {lo} of its {size}")
-                lo += n
-                copied += n
-        return copied
+                kernel = False
+                continue
+        else:
+            data = os.pread(fd_in, min(hi - lo, 8 << 20), lo)
+            n = os.pwrite(fd_out, data, lo) if data else 0
+        if n <= 0:
+            raise OSError(f"{name}: ends before byte {lo} of the {hi} to copy")
+        lo += n
 
 
 def _data_spans(fd: int, size: int) -> list[tuple[int, int]] | None:
@@ -448,3 +453,27 @@ def _data_spans(fd: int, size: int) -> list[tuple[int, int]] | None:
         spans.append((lo, hi))
         at = hi
     return spans
+
+
+SYNC_THREADS = 8
+
+
+def sync_files(paths, dirs=()) -> None:
+    """``fdatasync`` each of ``paths`` (files whose writers only started their writeback), and ``fsync`` each
+    of ``dirs`` (new entries), several at once so their waits overlap; a build calls it before its commit can
+    name them."""
+    calls = [(p, os.fdatasync) for p in paths] + [(d, os.fsync) for d in dirs]
+
+    def one(call) -> None:
+        fd = os.open(call[0], os.O_RDONLY)
+        try:
+            call[1](fd)
+        finally:
+            os.close(fd)
+    if len(calls) <= 1:
+        for c in calls:
+            one(c)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(min(SYNC_THREADS, len(calls))) as pool:
+        list(pool.map(one, calls))

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import CLI, DATA, ENV  # noqa: E402
+from bench_engine import CLI, DATA, ENV, compile_package  # noqa: E402
 
 SEGMENT = 256 << 20
 # About 683 bytes a message (store-6m's shape): 8.3 M messages fill 21 segments of 256 MiB and start a 22nd.
@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", default="index")
     p.add_argument("--skip-spark", action="store_true", help="in process only")
     a = p.parse_args(argv)
+    compile_package()
     source = ensure_store()
     names = sorted(n for n in os.listdir(source))
     if len(names) < 21:

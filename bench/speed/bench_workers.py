@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import CLI, DATA, ENV, ensure_store, warm  # noqa: E402
+from bench_engine import CLI, DATA, ENV, compile_package, ensure_store, warm  # noqa: E402
 
 
 def build(store: Path, out: Path, targets: str, workers: int) -> float:
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a build of the shared RocketMQ oracle (its ORACLE_BUILD directory, with cp.txt): its "
                          "IndexBuild on store-1g, paired with the workers' build round by round")
     a = ap.parse_args(argv)
+    compile_package()
     results: dict = {}
     store = ensure_store("store-6m")
     warm(store)

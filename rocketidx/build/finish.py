@@ -28,7 +28,7 @@ from rocketidx.errors import CorruptRecordError, EmptySelectionError, RocketIdxE
 from rocketidx.index.writer import FileInfo
 import rocketidx.layout as L
 from rocketidx.output.local import LocalOutput, Staging
-from rocketidx.output.local import sync_files as local_sync_files
+from rocketidx.storage import sync_files as local_sync_files
 from rocketidx.output.remote import RemoteOutput
 import rocketidx.storage as storage
 

@@ -63,7 +63,7 @@ from rocketidx.consumequeue.writer import ConsumeQueueWriter, QueueInfo, file_na
 from rocketidx.index.reader import Header
 from rocketidx.index.windows import assign_windows, staging_name
 from rocketidx.index.writer import FileInfo, WindowWriter
-from rocketidx.output.local import LocalOutput, Staging, fsync_dir, sync_files
+from rocketidx.output.local import LocalOutput, Staging, fsync_dir
 from rocketidx.output.manifest import CONSUMEQUEUE_DIR, CURRENT, INDEX_DIR, Manifest, ManifestFile
 import rocketidx.storage as storage
 
@@ -648,6 +648,40 @@ def _window_pieces(segments: list[Segment], change: Change, windows: set[int], c
 
 # --- the ConsumeQueues ----------------------------------------------------------------------------------------
 
+@dataclass
+class _Rewrite:
+    """A queue file of the new version made from the earlier version's ``src``: its first ``keep`` bytes (a
+    rewritten tail cuts a queue at its last entry kept; the zeros after it stay a hole, as the writer leaves a
+    file), with its first ``blank`` units blank (retention's fillPreBlank). Written as a kernel copy and one
+    write of the blank units, so the file's bytes never pass through this process."""
+
+    src: str
+    size: int
+    keep: int
+    blank: int = 0
+
+    def unit(self, at: int):
+        """The unit at byte ``at`` of the file, as the new version holds it."""
+        if at < self.blank * UNIT:
+            return np.array([L.CQ_BLANK], L.CQ_UNIT)[0]
+        if at >= self.keep:
+            return np.zeros(1, L.CQ_UNIT)[0]
+        with open(self.src, "rb") as f:
+            return np.frombuffer(os.pread(f.fileno(), UNIT, at), L.CQ_UNIT)[0]
+
+    def write(self, dst: str) -> None:
+        with open(self.src, "rb") as fi, open(dst, "xb") as fo:
+            fo.truncate(self.size)
+            storage.copy_range(fi.fileno(), fo.fileno(), 0, self.keep, self.src)
+            if self.blank:
+                blank = np.empty(self.blank, L.CQ_UNIT)
+                blank["phy_offset"], blank["size"], blank["tags_code"] = L.CQ_BLANK
+                if os.pwrite(fo.fileno(), blank.view(np.uint8), 0) != blank.nbytes:
+                    raise OSError(f"{dst}: short write of {self.blank} blank units")
+            fo.flush()
+            storage.start_writeback(fo.fileno())
+
+
 class _Queues:
     """The earlier version's queues brought up to date: each queue's state after the rules for a rewritten tail
     and retention, its files carried or written anew, and the writer that appends the new bytes' entries."""
@@ -668,71 +702,73 @@ class _Queues:
         if windowed and change.retention and (dropped.get("repeated") or dropped.get("below_max_physic_offset")):
             raise FullBuild("the broker's rules dropped records: retention rebuilds the queues")
         self.segments = segments
-        # (topic, queue id) -> (state, files to carry, file name -> units written anew)
-        self.base: dict[tuple[str, int], tuple[QueueState, list[str], dict[str, np.ndarray]]] = {}
+        # (topic, queue id) -> (state, files to carry, file name -> how it is written anew)
+        self.base: dict[tuple[str, int], tuple[QueueState, list[str], dict[str, _Rewrite]]] = {}
         for q in cq.get("queues", []):
             b = self._base(q, windowed)
             if b is not None:
                 self.base[(q["topic"], q["queue_id"])] = b
         self.writer = ConsumeQueueWriter(self.new, self.file_size, resume=self._resume)
-        # The file each queue appends to is copied on threads while the log is read (the copies are the kernel's
-        # work), and the writer waits for a queue's copy only when it first writes to it (its entries wait in
-        # memory until then): every queue of a busy log gets entries in the first batch, and waiting there for 40
-        # copies in turn kept the read waiting 0.65 s. A queue that gets no entry keeps the copy in place of a
-        # link: the same bytes. abort() or close() waits for the threads.
-        self.copies: dict[tuple[str, int], tuple[str, object]] = {}
-        self.copier = None
-        self.written_anew: list[str] = []  # files _write made (synced together in close)
+        # Every file a queue gets anew (the one it appends to, copied; one cut or blanked) is made on threads while
+        # the log is read (copies are the kernel's work), and the writer waits for a queue's files only when it
+        # first writes to it (its entries wait in memory until then): every queue of a busy log gets entries in
+        # the first batch, and waiting there for 40 copies in turn kept the read waiting 0.65 s. A queue that gets
+        # no entry keeps the copy in place of a link: the same bytes. abort() or close() waits for the threads.
+        self.ahead: dict[tuple[str, int], dict[str, object]] = {}
+        self.maker = None
+        self.written_anew: list[str] = []  # files made ahead, synced together in close
         for (topic, qid), (st, names, written) in self.base.items():
-            last = self._appended(st)
-            if last is not None and last in names and last not in written:
-                if self.copier is None:
-                    from concurrent.futures import ThreadPoolExecutor
-                    self.copier = ThreadPoolExecutor(8, thread_name_prefix="queue-copy")
-                self.copies[(topic, qid)] = (last, self.copier.submit(
-                    _copy_started, os.path.join(self.old, topic, str(qid), last),
-                    os.path.join(self.new, topic, str(qid), last)))
+            made = {}
+            for n in names:
+                dst = os.path.join(self.new, topic, str(qid), n)
+                if n in written:
+                    made[n] = self._submit(_write_anew, dst, written[n])
+                    self.written_anew.append(dst)
+                elif n == self._appended(st):  # the writer appends to it: a copy, never the earlier version's file
+                    made[n] = self._submit(_copy_started, os.path.join(self.old, topic, str(qid), n), dst)
+            if made:
+                self.ahead[(topic, qid)] = made
+
+    def _submit(self, fn, *args):
+        if self.maker is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self.maker = ThreadPoolExecutor(8, thread_name_prefix="queue-files")
+        return self.maker.submit(fn, *args)
 
     def _appended(self, st: QueueState) -> str | None:
         """The file the writer appends a queue's next entry to, when the queue has it already."""
         return file_name(st.write_pos - st.write_pos % self.file_size) if st.write_pos < st.files_end else None
 
-    def _copied(self, topic: str, qid: int, name: str) -> bool:
-        """Whether ``name`` of the queue was copied ahead (waited for here, so it is in place)."""
-        got = self.copies.get((topic, qid))
-        if got is None or got[0] != name:
-            return False
-        del self.copies[(topic, qid)]
-        got[1].result()
-        self.reuse.queue_files_written += 1
-        return True
+    def _made(self, topic: str, qid: int) -> list[str]:
+        """The queue's files made ahead, waited for here (so they are in place); their names."""
+        made = self.ahead.pop((topic, qid), {})
+        for future in made.values():
+            future.result()
+        self.reuse.queue_files_written += len(made)
+        return list(made)
 
     def abort(self) -> None:
-        """Stop copying ahead (the build failed: its staging directory is about to be removed)."""
-        if self.copier is not None:
-            self.copier.shutdown(wait=True, cancel_futures=True)
+        """Stop making files ahead (the build failed: its staging directory is about to be removed)."""
+        if self.maker is not None:
+            self.maker.shutdown(wait=True, cancel_futures=True)
 
-    def _units(self, topic: str, qid: int, name: str, writable: bool = False) -> np.ndarray:
-        """A queue file of the earlier version as units (``writable``: read into a buffer of our own, to be
-        changed and written anew without another copy)."""
-        with open(os.path.join(self.old, topic, str(qid), name), "rb") as f:
-            if not writable:
-                return np.frombuffer(f.read(), L.CQ_UNIT)
-            buf = bytearray(os.fstat(f.fileno()).st_size)
-            if f.readinto(buf) != len(buf):
-                raise OSError(f"{f.name}: shorter than its size")
-            return np.frombuffer(buf, L.CQ_UNIT)
+    def _rewrite(self, topic: str, qid: int, name: str, st: QueueState) -> _Rewrite:
+        """A queue file of the earlier version, to be written anew with what it keeps of the queue (up to
+        ``st``'s write position)."""
+        src = os.path.join(self.old, topic, str(qid), name)
+        size = os.path.getsize(src)
+        return _Rewrite(src, size, min(size, max(0, st.write_pos - int(name))))
 
-    def _unit(self, topic: str, qid: int, at: int, written: dict[str, np.ndarray]):
+    def _unit(self, topic: str, qid: int, at: int, written: dict[str, _Rewrite]):
         """The unit at logical offset ``at`` (bytes), as this build holds it so far."""
         f = self.file_size
         name = file_name(at - at % f)
         if name in written:
-            return np.frombuffer(written[name], L.CQ_UNIT)[(at % f) // UNIT]
+            return written[name].unit(at % f)
         with open(os.path.join(self.old, topic, str(qid), name), "rb") as fh:
             return np.frombuffer(os.pread(fh.fileno(), UNIT, at % f), L.CQ_UNIT)[0]
 
-    def _first_slot_at(self, topic, qid, st: QueueState, offset: int, written: dict[str, np.ndarray]) -> int | None:
+    def _first_slot_at(self, topic, qid, st: QueueState, offset: int, written: dict[str, _Rewrite]) -> int | None:
         """The first slot from the queue's minimum whose entry's CommitLog offset is at or past ``offset`` (None:
         none is); a queue's entries come in CommitLog order, so a binary search finds it."""
         lo, hi = max(st.min_offset, st.first_file) // UNIT, st.slots
@@ -751,7 +787,7 @@ class _Queues:
         f = self.file_size
         st = QueueState(f, first_file=int(names[0]), files_end=int(names[-1]) + f, write_pos=q["max_offset"] * UNIT,
                         min_offset=q["min_offset"] * UNIT, entries=q["entries"])
-        written: dict[str, np.ndarray] = {}
+        written: dict[str, _Rewrite] = {}
         ch = self.change
         if ch.rewritten:
             cut = self._first_slot_at(topic, qid, st, ch.read_from, written)
@@ -764,9 +800,7 @@ class _Queues:
                 names = [n for n in names if int(n) < st.files_end]
                 at = st.write_pos - st.write_pos % f
                 if at < st.files_end and file_name(at) in names:
-                    units = self._units(topic, qid, file_name(at), writable=True)
-                    units[(st.write_pos - at) // UNIT:] = 0
-                    written[file_name(at)] = units
+                    written[file_name(at)] = self._rewrite(topic, qid, file_name(at), st)
         if ch.retention:
             if windowed:
                 b = self._blank_before(topic, qid, names, st, written)
@@ -788,7 +822,7 @@ class _Queues:
                 st.max_phy = ch.read_from
         return st, names, written
 
-    def _blank_before(self, topic, qid, names, st: QueueState, written: dict[str, np.ndarray]) -> list[str] | None:
+    def _blank_before(self, topic, qid, names, st: QueueState, written: dict[str, _Rewrite]) -> list[str] | None:
         """Windowed retention: what a full build of the log writes, the slots before the first message still
         in it blank (fillPreBlank); None when no message of the queue is left."""
         t = self._first_slot_at(topic, qid, st, self.change.first, written)
@@ -805,20 +839,18 @@ class _Queues:
         st.entries -= t - st.min_offset // UNIT
         st.first_file, st.min_offset = first_file, t * UNIT
         name = file_name(first_file)
-        units = written[name] if name in written else self._units(topic, qid, name, writable=True)
-        k = (t * UNIT - first_file) // UNIT
-        units["phy_offset"][:k], units["size"][:k], units["tags_code"][:k] = L.CQ_BLANK
-        written[name] = units
+        if name not in written:
+            written[name] = self._rewrite(topic, qid, name, st)
+        written[name].blank = (t * UNIT - first_file) // UNIT
         return [n for n in names if int(n) >= first_file]
 
     def _broker_deletes(self, topic, qid, names, written) -> list[str]:
         """``deleteExpiredFileByOffset``: every file but the last whose last entry's offset is below the log's
         first offset goes, up to the first that stays."""
         k = 0
+        last = self.file_size - UNIT
         while k < len(names) - 1:
-            units = np.frombuffer(written[names[k]], L.CQ_UNIT) if names[k] in written else \
-                self._units(topic, qid, names[k])
-            if int(units["phy_offset"][-1]) >= self.change.first:
+            if int(self._unit(topic, qid, int(names[k]) + last, written)["phy_offset"]) >= self.change.first:
                 break
             k += 1
         return names[k:]
@@ -831,66 +863,40 @@ class _Queues:
         queue.state = st
         queue.created = st.files_end
         os.makedirs(queue.directory, exist_ok=True)
-        last = self._appended(st)
+        ahead = self.ahead.get((topic, qid), {})
+        if ahead:  # waited for at the queue's first write
+            queue.pending = functools.partial(self._made, topic, qid)
         for n in names:
-            dst = os.path.join(queue.directory, n)
-            if n in written:
-                self._write(dst, written[n], st)
-            elif n == last:  # the writer appends to it: a copy, never the earlier version's file
-                if self.copies.get((topic, qid), ("",))[0] == n:  # copied ahead: waited for at the first write
-                    queue.pending = functools.partial(self._copied, topic, qid, n)
-                else:
-                    _copy_started(os.path.join(self.old, topic, str(qid), n), dst)
-                    self.reuse.queue_files_written += 1
-            else:
-                carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
+            if n not in ahead:
+                carry(os.path.join(self.old, topic, str(qid), n), os.path.join(queue.directory, n), self.reuse)
                 self.reuse.queue_files_carried += 1
-
-    def _write(self, dst: str, units: np.ndarray, st: QueueState) -> None:
-        """A queue file written anew up to the queue's last entry, sparse after it as the writer leaves a file
-        (the zeros there are not written, nor synced); its writeback started, its sync left to :meth:`close`
-        (with the others')."""
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        data = units.view(np.uint8)
-        used = min(len(data), max(0, st.write_pos - int(os.path.basename(dst))))
-        with open(dst, "wb") as f:
-            f.truncate(len(data))
-            f.write(data[:used])
-            f.flush()
-            storage.start_writeback(f.fileno())
-        self.written_anew.append(dst)
-        self.reuse.queue_files_written += 1
 
     def close(self) -> dict:
         # The writer syncs every file of the queues it appended to, copies included.
         infos: list[QueueInfo] = list(self.writer.close())
-        unsynced = []  # copies ahead of queues that got no entry after all
+        unsynced, dirs = [], []  # copies ahead of queues that got no entry after all; their directories
         for (topic, qid), (st, names, written) in sorted(self.base.items()):
             if not names:
                 continue  # cut back to where its next file begins, and nothing came: no file
             qdir = os.path.join(self.new, topic, str(qid))
+            made = self._made(topic, qid)
+            unsynced += [os.path.join(qdir, n) for n in made if n not in written]
             for n in names:
-                dst = os.path.join(qdir, n)
-                if n in written:
-                    self._write(dst, written[n], st)
-                elif self._copied(topic, qid, n):
-                    unsynced.append(dst)
-                else:
-                    carry(os.path.join(self.old, topic, str(qid), n), dst, self.reuse)
+                if n not in made:
+                    carry(os.path.join(self.old, topic, str(qid), n), os.path.join(qdir, n), self.reuse)
                     self.reuse.queue_files_carried += 1
-            _sync_dir(qdir)
+            dirs.append(qdir)
             infos.append(QueueInfo(topic, qid, names, st.min_offset // UNIT, st.slots, st.entries))
         self.abort()
-        sync_files(unsynced + self.written_anew)
-        if self.copies:  # every file copied ahead is its queue's, in place: none may be left over
-            raise FullBuild(f"a queue file copied ahead was not used: {sorted(self.copies)[:3]}")
+        if self.ahead:  # every file made ahead is its queue's, in place: none may be left over
+            raise FullBuild(f"a queue file made ahead was not used: {sorted(self.ahead)[:3]}")
+        if os.path.isdir(self.new):
+            dirs += [os.path.join(self.new, t) for t in os.listdir(self.new)]
+        storage.sync_files(unsynced + self.written_anew, dirs)
+        _sync_dir(self.new)  # after its topics' directories
         infos.sort(key=lambda q: (q.topic, q.queue_id))
         for k, v in self.writer.dropped.items():
             self.dropped[k] = self.dropped.get(k, 0) + v
-        if os.path.isdir(self.new):
-            for t in os.listdir(self.new):
-                _sync_dir(os.path.join(self.new, t))
-            _sync_dir(self.new)
         return {"file_size": self.file_size, "commitlog_min_offset": self.change.first,
                 "queues": [q.as_dict() for q in infos], "entries": sum(q.entries for q in infos),
                 "files": sum(len(q.files) for q in infos), "dropped": self.dropped,
@@ -908,6 +914,12 @@ def _copy_started(src: str, dst: str) -> None:
         storage.start_writeback(fd)
     finally:
         os.close(fd)
+
+
+def _write_anew(dst: str, rewrite: _Rewrite) -> None:
+    """A queue file written anew, its writeback started: synced with the others at :meth:`_Queues.close`."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    rewrite.write(dst)
 
 
 def _sync_dir(path: str) -> None:

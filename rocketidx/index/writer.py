@@ -116,7 +116,7 @@ class WindowWriter:
                  hash_slot_num: int = L.DEFAULT_HASH_SLOT_NUM, index_num: int = L.DEFAULT_INDEX_NUM,
                  sync: bool = True):
         """``sync=False``: a finished file's writeback is started, not waited for; the caller syncs every file
-        (:func:`rocketidx.output.local.sync_files`) before anything can publish it."""
+        (:func:`rocketidx.storage.sync_files`) before anything can publish it."""
         if hash_slot_num <= 0 or index_num <= L.FIRST_INDEX:
             raise ConfigError("hash_slot_num/index_num", (hash_slot_num, index_num),
                               "need at least 1 slot and 2 items (item 0 is never used)")

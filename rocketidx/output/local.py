@@ -15,7 +15,6 @@ import logging
 import os
 import shutil
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,26 +112,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def sync_files(paths) -> None:
-    """``fdatasync`` each of ``paths`` (files whose writers only started their writeback: ``WindowWriter(sync=
-    False)``), several at once so their waits overlap; a build calls it before its commit can name them."""
-    paths = list(paths)
-
-    def one(path) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-    if len(paths) <= 1:
-        for p in paths:
-            one(p)
-        return
-    with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
-        list(pool.map(one, paths))
-
-
-SYNC_THREADS = 8
 
 
 def same_bytes(a: str | os.PathLike, b: str | os.PathLike, chunk: int = 1 << 22) -> bool:
