@@ -403,7 +403,7 @@ def copy_sparse(src: str, dst: str) -> int:
     every byte is copied. Returns the bytes copied."""
     with open(src, "rb") as fi, open(dst, "xb") as fo:
         size = os.fstat(fi.fileno()).st_size
-        spans = _data_spans(fi.fileno(), size)
+        spans = data_spans(fi.fileno(), size)
         if spans is None:
             spans = [(0, size)] if size else []
         fo.truncate(size)
@@ -434,7 +434,7 @@ def copy_range(fd_in: int, fd_out: int, lo: int, hi: int, name: str) -> None:
         lo += n
 
 
-def _data_spans(fd: int, size: int) -> list[tuple[int, int]] | None:
+def data_spans(fd: int, size: int) -> list[tuple[int, int]] | None:
     """The byte ranges of ``fd`` that hold data (``SEEK_DATA``/``SEEK_HOLE``); None where the system cannot say."""
     import errno
     if not hasattr(os, "SEEK_DATA"):

@@ -14,7 +14,6 @@ Usage: ``python bench/speed/bench_incremental.py [--targets index] [--skip-spark
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import CLI, DATA, ENV, compile_package  # noqa: E402
+from bench_engine import CLI, DATA, ENV, compile_package, same_outputs  # noqa: E402
 
 SEGMENT = 256 << 20
 # About 683 bytes a message (store-6m's shape): 8.3 M messages fill 21 segments of 256 MiB and start a 22nd.
@@ -80,10 +79,7 @@ def build(log: Path, out: Path, targets: str, *extra: str) -> tuple[float, dict]
 
 
 def same_files(a: Path, b: Path) -> bool:
-    a, b = (a / "current").resolve(), (b / "current").resolve()
-    names = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file() and p.name != "_manifest.json")
-    return names == sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file() and p.name != "_manifest.json") \
-        and all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
+    return same_outputs(a, b, skip=("_manifest.json",))
 
 
 def warm(log: Path) -> None:

@@ -11,7 +11,6 @@ Usage: ``python bench/speed/bench_workers.py [--rounds 3] [--workers 2] [--oracl
 from __future__ import annotations
 
 import argparse
-import filecmp
 import json
 import shutil
 import statistics
@@ -22,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_engine import CLI, DATA, ENV, compile_package, ensure_store, warm  # noqa: E402
+from bench_engine import CLI, DATA, ENV, compile_package, ensure_store, same_outputs, warm  # noqa: E402
 
 
 def build(store: Path, out: Path, targets: str, workers: int) -> float:
@@ -35,11 +34,8 @@ def build(store: Path, out: Path, targets: str, workers: int) -> float:
 
 
 def same_files(a: Path, b: Path) -> bool:
-    """The two outputs' committed files, byte for byte (the version directories' names differ)."""
-    a, b = (a / "current").resolve(), (b / "current").resolve()
-    names = sorted(str(p.relative_to(a)) for p in a.rglob("*") if p.is_file())
-    return names == sorted(str(p.relative_to(b)) for p in b.rglob("*") if p.is_file()) and \
-        all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
+    """The two outputs' committed files, byte for byte."""
+    return same_outputs(a, b)
 
 
 def paired(store: Path, targets: str, workers: int, rounds: int) -> dict:

@@ -25,6 +25,7 @@ from rocketidx.build.queues import FilePlan, ReadParams, local_reads, local_writ
 from rocketidx.build.results import TaskResult
 from rocketidx.commitlog.segments import SegmentRange
 from rocketidx.commitlog.splits import SplitSpec
+from rocketidx.process_cost import keep_freed_memory
 
 
 def available_cores() -> int:
@@ -58,7 +59,7 @@ def _run(workers: int, fn, calls: list[tuple], done: Callable[[int], None] | Non
             if done:
                 done(i)
         return out
-    pool = multiprocessing.get_context("fork").Pool(min(workers, len(calls)))
+    pool = multiprocessing.get_context("fork").Pool(min(workers, len(calls)), initializer=keep_freed_memory)
     try:
         order = sorted(range(len(calls)), key=lambda i: -sizes[i]) if sizes else range(len(calls))
         pending = {i: pool.apply_async(fn, calls[i], callback=(lambda _, i=i: done(i)) if done else None)
