@@ -3,12 +3,13 @@
 * its last segment grown in place (the 21st half written at the earlier build, then whole: 128 MiB new),
 * its oldest segment removed by retention (windowed output: the windows it held entries of are written again),
 each brought up to date by ``rocketidx build`` (incremental, the default) and, in the same run, built in full
-(``--full``), whole processes, in process and with ``--master local[2]``. Reports the bytes each incremental
+(``--full``), whole processes, in process (``--rounds`` pairs, 3 by default, medians: this machine's times move
+by a third from one build to the next) and once with ``--master local[2]``. Reports the bytes each incremental
 build read (from its ``--json`` summary) against the new bytes, the wall times and their ratio (targets: bytes
 at most 1.3x the new bytes plus the windows they fall in; wall at most 0.2x in process, 0.35x on local[2]),
 and checks every incremental output's files against its full build's.
 
-Usage: ``python bench/speed/bench_incremental.py [--targets index] [--skip-spark]``; results in
+Usage: ``python bench/speed/bench_incremental.py [--targets index] [--skip-spark] [--rounds 3]``; results in
 ``bench-data/results-incremental.json``.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -90,7 +92,7 @@ def warm(log: Path) -> None:
 
 
 def scenario(name: str, source: Path, before: tuple[list[str], str | None], after: list[str], new_bytes: int | None,
-             targets: str, spark: bool, work: Path) -> dict:
+             targets: str, spark: bool, work: Path, rounds: int = 3) -> dict:
     log, out, snap = work / "log", work / "out", work / "snap"
     for d in (out, snap):
         shutil.rmtree(d, ignore_errors=True)
@@ -99,19 +101,28 @@ def scenario(name: str, source: Path, before: tuple[list[str], str | None], afte
     subprocess.run(["cp", "-al", str(out), str(snap)], check=True)
     lay(log, source, after)
     warm(log)
-    inc_s, inc = build(log, out, targets, "--in-process")
-    said = inc.get("incremental") or {}
     full_dir = work / "full"
-    shutil.rmtree(full_dir, ignore_errors=True)
-    full_s, full = build(log, full_dir, targets, "--in-process", "--full")
+    incs, fulls, identical = [], [], True
+    for r in range(rounds):  # paired: an incremental build from last night's version, then a full build
+        if r:
+            shutil.rmtree(out, ignore_errors=True)
+            subprocess.run(["cp", "-al", str(snap), str(out)], check=True)
+        inc_s, inc = build(log, out, targets, "--in-process")
+        shutil.rmtree(full_dir, ignore_errors=True)
+        full_s, full = build(log, full_dir, targets, "--in-process", "--full")
+        incs.append(round(inc_s, 2))
+        fulls.append(round(full_s, 2))
+        identical &= same_files(out, full_dir)
+    said = inc.get("incremental") or {}
     if new_bytes is None:  # the log's bytes past where last night's read ended
         new_bytes = full["bytes_read"] - earlier["bytes_read"]
+    inc_s, full_s = statistics.median(incs), statistics.median(fulls)
     res: dict = {"scenario": name, "new_bytes": new_bytes}
-    res.update(incremental_s=round(inc_s, 2), full_s=round(full_s, 2), ratio=round(inc_s / full_s, 3),
-               bytes_read=said.get("bytes_read"), windows_rebuilt=said.get("windows_rebuilt"),
+    res.update(incremental_s=inc_s, full_s=full_s, ratio=round(inc_s / full_s, 3), incremental_rounds_s=incs,
+               full_rounds_s=fulls, bytes_read=said.get("bytes_read"), windows_rebuilt=said.get("windows_rebuilt"),
                old_bytes_read=said.get("old_bytes_read", 0), files_carried=said.get("files_carried"),
                files_written=said.get("files_written"), full_bytes_read=full["bytes_read"],
-               identical=same_files(out, full_dir), why=said.get("why") or said.get("full"))
+               identical=identical, why=said.get("why") or said.get("full"))
     res["bytes_over_new"] = round((said.get("bytes_read") or 0) / new_bytes, 3) if new_bytes else None
     if spark:
         out2 = work / "out2"
@@ -133,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--targets", default="index")
     p.add_argument("--skip-spark", action="store_true", help="in process only")
+    p.add_argument("--rounds", type=int, default=3, help="paired in-process rounds per scenario (medians)")
     a = p.parse_args(argv)
     compile_package()
     source = ensure_store()
@@ -144,11 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     runs = [
-        scenario("grown by one segment", source, (first20, None), first21, None, a.targets, not a.skip_spark, work),
+        scenario("grown by one segment", source, (first20, None), first21, None, a.targets, not a.skip_spark, work,
+                 a.rounds),
         scenario("last segment grew in place", source, (first21[:-1], first21[-1]), first21, None, a.targets,
-                 not a.skip_spark, work),
+                 not a.skip_spark, work, a.rounds),
         scenario("oldest segment removed", source, (first21, None), first21[1:], 0, a.targets, not a.skip_spark,
-                 work),
+                 work, a.rounds),
     ]
     shutil.rmtree(work, ignore_errors=True)
     result = {"store": str(source), "segments": 21, "segment_bytes": SEGMENT, "targets": a.targets, "runs": runs}

@@ -48,7 +48,7 @@ OTHER_TOOLS: dict[str, set[str]] = {
     "bench/speed/bench_targets.py": {"--rounds"},
     "bench/speed/bench_workers.py": {"--rounds", "--workers", "--oracle-build"},
     "bench/speed/bench_engine.py": {"--only", "--repeat"},
-    "bench/speed/bench_incremental.py": {"--targets", "--skip-spark"},
+    "bench/speed/bench_incremental.py": {"--targets", "--skip-spark", "--rounds"},
     "bench/campaigns/faults.py": {"--only", "--logs", "--engine-logs", "--queue-cases", "--store-cases", "--repair-kills",
                         "--executor-kills", "--index-loss-cases"},
     # The real-broker scripts of `make brokers` (tests/brokers/) that the pages quote.
