@@ -1,7 +1,8 @@
 """Where bytes live: a local path or a URI, opened through one set of calls.
 
 In: a path string (``/data/store``, ``file:///data/store``, ``s3://bucket/store``, ``hdfs://nn/store``).
-Out: listings, small files read whole, files read by byte range, and read-only mappings of ranges.
+Out: listings, small files read whole, files read by byte range, and read-only mappings of ranges; for local
+files a build writes, kernel copies that keep holes, writeback started early, and syncs run together.
 Stays true: this is the one place that decides how a path is opened. A plain path and a ``file://`` URI
 are the local disk (``os`` calls: sparse files, symlinks, ``pread``); any other scheme goes through
 ``pyarrow.fs.FileSystem.from_uri``, so credentials and endpoints come from the environment the ecosystem's
