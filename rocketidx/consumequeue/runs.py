@@ -120,7 +120,7 @@ class SplitQueues:
                 units = np.empty(len(recs), L.CQ_UNIT)
                 for name in ("phy_offset", "size", "tags_code"):
                     units[name] = recs[name]
-                out.write(units.tobytes())
+                out.write(units.view(np.uint8))  # the array itself, not a copy of it
                 if in_place is not None:
                     for a, b in zip(starts.tolist(), stops.tolist()):
                         if recs["q"][a] != 0:  # CONSECUTIVE: its own QUEUEOFFSETs are its slots on a clean log
