@@ -97,14 +97,18 @@ def caught(error: BaseException) -> Interrupted | None:
 
 
 class _QuietAfterInterrupt(logging.Filter):
-    """Py4J logs an interrupted call to the JVM (and the calls that then find its connection closed) on
-    the root logger with a traceback; after an interrupt those are its echo, not news."""
+    """Py4J logs an interrupted call to the JVM (and the calls that then find its connection closed, or the
+    connection's shutdown failing) with a traceback; after an interrupt those are its echo, not news."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (_state["raised"] and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 _QUIET = _QuietAfterInterrupt()
+# A logger's filters see only the records made on it, not those its children pass up: so on Py4J's own loggers
+# (py4j.clientserver logs "Exception occurred while shutting down connection" when an interrupt cuts a call),
+# as well as on the root logger.
+_PY4J_LOGGERS = ("py4j", "py4j.clientserver", "py4j.java_gateway")
 
 
 def install() -> None:
@@ -114,9 +118,9 @@ def install() -> None:
     for s in SIGNALS:
         signal.signal(s, _handle)
     _state.update(installed=True, raised=False, signum=None)
-    root = logging.getLogger()
-    if _QUIET not in root.filters:
-        root.addFilter(_QUIET)
+    for logger in (logging.getLogger(), *map(logging.getLogger, _PY4J_LOGGERS)):
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
 
 
 def uninstall() -> None:

@@ -131,3 +131,35 @@ def test_a_second_signal_during_the_cleanup_is_ignored():
     finally:
         interrupts.uninstall()
     assert interrupts.caught(err) is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_py4j_s_echo_of_an_interrupt_is_dropped_and_its_news_before_one_is_kept():
+    """Py4J logs on its own loggers (py4j.clientserver: "Exception occurred while shutting down connection", with
+    a traceback, when an interrupt cuts a call); once a signal came, none of that reaches stderr."""
+    import logging
+    import rocketidx.interrupts as interrupts
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+    handler = Keep()
+    root = logging.getLogger()
+    root.addHandler(handler)
+
+    def log_from_py4j(message: str) -> None:
+        record = logging.getLogger("py4j.clientserver").makeRecord(
+            "py4j.clientserver", logging.ERROR, os.path.join(os.sep, "site-packages", "py4j", "clientserver.py"),
+            512, message, (), None)
+        logging.getLogger("py4j.clientserver").handle(record)
+    try:
+        interrupts.install()
+        log_from_py4j("before any signal")
+        with pytest.raises(interrupts.Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+        log_from_py4j("Exception occurred while shutting down connection")
+        logging.getLogger("rocketidx.build").error("ours, after the signal")
+    finally:
+        interrupts.uninstall()
+        root.removeHandler(handler)
+    assert seen == ["before any signal", "ours, after the signal"]
