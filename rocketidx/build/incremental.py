@@ -232,11 +232,7 @@ def copy_index_file(src: str, dst: str, hash_slot_num: int, index_count: int) ->
     used = L.items_offset(hash_slot_num) + index_count * L.INDEX_ITEM.itemsize
     with open(src, "rb") as fi, open(dst, "wb") as fo:
         fo.truncate(size)
-        left = min(used, size)
-        while left:
-            buf = fi.read(min(left, 16 << 20))
-            fo.write(buf)
-            left -= len(buf)
+        storage.copy_range(fi.fileno(), fo.fileno(), 0, min(used, size), src)
 
 
 class _OldIndex:
